@@ -1,0 +1,1 @@
+"""tfx-bridge TFX components."""
