@@ -1,1 +1,19 @@
-"""tfx-bridge TFX components."""
+"""tfx-bridge TFX components.
+
+``from tfx_bridge.components import ParquetExampleGen`` imports TFX; the
+cores (e.g. ``tfx_bridge.components.parquet_example_gen.parquet_to_examples``)
+are importable without it. Exports resolve lazily for that reason.
+"""
+import importlib
+
+_EXPORTS = {
+    "ParquetExampleGen": "tfx_bridge.components.parquet_example_gen",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -746,7 +746,7 @@ def count_records(split_uri: str) -> int:
     pattern = FileSystems.join(split_uri, f"{RECORD_FILE_PREFIX}*{RECORD_FILE_SUFFIX}")
     for m in FileSystems.match([pattern])[0].metadata_list:
         with FileSystems.open(m.path, compression_type=CompressionTypes.GZIP) as f:
-            data = f.read()
+            data = b"".join(iter(lambda: f.read(1 << 20), b""))
         pos = 0
         while pos < len(data):
             (length,) = struct.unpack_from("<Q", data, pos)

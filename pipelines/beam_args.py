@@ -1,0 +1,30 @@
+"""Beam pipeline args for local runs that do not trigger TFX's per-run sdist.
+
+TFX's BaseBeamExecutor builds an sdist of TFX itself (tens of MB, every Beam
+executor run) whenever beam_pipeline_args are non-empty and name none of
+extra_packages / setup_file / requirements_file / sdk_container_image. Empty
+args avoid it; multi-process DirectRunner args carry ``sdk_container_image``
+set to the Beam SDK image matching the pinned Beam, which the DirectRunner
+ignores and a portable runner would use.
+"""
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import apache_beam as beam
+
+BEAM_SDK_IMAGE = "apache/beam_python{}.{}_sdk:{}".format(
+    sys.version_info[0], sys.version_info[1], beam.__version__)
+
+
+def direct_runner_args(num_workers: Optional[int] = None) -> List[str]:
+    """Args for the Beam DirectRunner; ``num_workers`` > 1 runs multi-process."""
+    if num_workers is None or num_workers <= 1:
+        return []
+    return [
+        "--runner=DirectRunner",
+        "--direct_running_mode=multi_processing",
+        f"--direct_num_workers={num_workers}",
+        f"--sdk_container_image={BEAM_SDK_IMAGE}",
+    ]

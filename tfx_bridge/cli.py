@@ -1,0 +1,205 @@
+"""The ``tfx-bridge`` console script.
+
+Verbs call the same cores as the components' executors. Every verb takes
+``--json`` (the last stdout line is then a one-line JSON summary) and
+``--debug`` (show tracebacks). Exit codes: 0 done; 1 a check failed;
+2 bad usage or bad input (one message on stderr); 3 an internal error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+import warnings
+from typing import Any, Callable, Dict, List, Optional
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+
+DEFAULT_DEMO_DIR = "demo_output"
+
+
+def _quiet_libraries() -> None:
+    """TF/TFX/Beam log a great deal at INFO; a CLI user wants our progress lines."""
+    # 3: TF prints CUDA-plugin registration errors at import on CPU hosts.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    from absl import logging as absl_logging
+    absl_logging.set_verbosity(absl_logging.ERROR)
+
+
+class Progress:
+    """Numbered progress lines on stderr, so stdout stays for results."""
+
+    def __init__(self, steps: int, enabled: bool = True):
+        self._steps = steps
+        self._step = 0
+        self._enabled = enabled
+        self._start = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        self._step += 1
+        if self._enabled:
+            elapsed = time.monotonic() - self._start
+            print(f"[{self._step}/{self._steps}] {message} ({elapsed:.1f}s)", file=sys.stderr,
+                  flush=True)
+
+
+def _direct_pipeline_factory(num_workers: Optional[int]) -> Callable[[], Any]:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfx_bridge.pipelines.beam_args import direct_runner_args
+
+    def make():
+        return beam.Pipeline(options=PipelineOptions(direct_runner_args(num_workers)))
+    return make
+
+
+# --------------------------------------------------------------------------- ingest
+
+
+def cmd_ingest(args: argparse.Namespace) -> Dict[str, Any]:
+    from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
+
+    columns = None if args.columns is None else [c.strip() for c in args.columns.split(",")]
+    progress = Progress(3, enabled=not args.quiet)
+    splits = core.SplitConfig.parse(args.splits, args.pattern, args.partition_feature)
+    plan = core.plan_ingest(args.input_base, splits, columns=columns,
+                            batch_size=args.batch_size)
+    progress(f"Planned {plan.num_rows} rows in {len(plan.files)} file(s), "
+             f"{len(plan.units)} row group(s), {len(plan.columns)} column(s)")
+    start = time.monotonic()
+    counts = core.ingest(plan, args.output, _direct_pipeline_factory(args.workers))
+    seconds = time.monotonic() - start
+    progress(f"Wrote {sum(counts.values())} tf.Examples to {args.output}")
+    for name, n in counts.items():
+        print(f"  Split-{name}: {n} records")
+    for col in plan.columns:
+        print(f"  {col.name}: {col.arrow_type} -> {col.feature}")
+    progress("Done")
+    return {
+        "output": os.path.abspath(args.output),
+        "rows": plan.num_rows,
+        "files": len(plan.files),
+        "splits": counts,
+        "columns": {c.name: c.feature for c in plan.columns},
+        "seconds": round(seconds, 3),
+        "rows_per_second": round(plan.num_rows / seconds, 1) if seconds > 0 else None,
+    }
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
+    from tfx_bridge.pipelines import demo_data
+    from tfx_bridge.pipelines import runner
+
+    workdir = os.path.abspath(args.workdir)
+    data_root = os.path.join(workdir, "data")
+    progress = Progress(3, enabled=not args.quiet)
+    folders = demo_data.write_demo_spans(data_root, spans=range(1, args.spans + 1),
+                                         rows_per_span=args.rows)
+    progress(f"Generated {args.spans} span(s) x {args.rows} rows under {data_root}")
+    result = runner.run_ingest_demo(workdir, data_root)
+    progress(f"Ran ParquetExampleGen -> StatisticsGen -> SchemaGen (span {result['span']})")
+    print(f"Examples: {result['examples_uri']}")
+    for name, n in result["splits"].items():
+        print(f"  Split-{name}: {n} records")
+    print(f"Source columns (Arrow -> tf.Example): {len(result['columns'])}")
+    for name, col in result["columns"].items():
+        print(f"  {name}: {col['arrow_type']} -> {col['feature']}")
+    print(f"Schema: {result['schema_uri']} ({result['schema_features']} features)")
+    progress("Done")
+    result["data_root"] = data_root
+    result["span_folders"] = folders
+    return result
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true",
+                   help="print a one-line JSON summary as the last stdout line")
+    p.add_argument("--debug", action="store_true", help="show tracebacks and library logs")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfx-bridge",
+        description="TFX components that carry PyTorch models into TF Serving.")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    sub.required = True
+
+    demo = sub.add_parser("demo", help="run the pipeline on generated demo data")
+    demo.add_argument("--workdir", default=DEFAULT_DEMO_DIR,
+                      help=f"where data, artifacts and MLMD go (default ./{DEFAULT_DEMO_DIR})")
+    demo.add_argument("--spans", type=int, default=2, help="span folders to generate")
+    demo.add_argument("--rows", type=int, default=3000, help="rows per span")
+    _add_common(demo)
+    demo.set_defaults(func=cmd_demo)
+
+    ingest = sub.add_parser(
+        "ingest", help="Parquet -> Examples layout (Split-*/ gzip TFRecords) on DirectRunner")
+    ingest.add_argument("--input-base", required=True, help="folder holding the Parquet files")
+    ingest.add_argument("--output", required=True, help="folder for Split-*/ and sidecar")
+    ingest.add_argument("--pattern", default="*.parquet",
+                        help="glob relative to --input-base (default *.parquet)")
+    ingest.add_argument("--columns", default=None, help="comma-separated columns to read")
+    ingest.add_argument("--splits", default="train:2,eval:1",
+                        help="output splits as name:hash_buckets (default train:2,eval:1)")
+    ingest.add_argument("--partition-feature", default=None,
+                        help="hash this column instead of the whole record")
+    ingest.add_argument("--batch-size", type=int, default=20_000, help="rows per Arrow batch")
+    ingest.add_argument("--workers", type=int, default=None,
+                        help="DirectRunner processes (default: in-process)")
+    _add_common(ingest)
+    ingest.set_defaults(func=cmd_ingest)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.debug:
+        _quiet_libraries()
+    logging.basicConfig(level=logging.INFO if args.debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    from tfx_bridge.errors import BridgeError
+
+    try:
+        summary = args.func(args)
+        code = summary.pop("_exit", EXIT_OK) if isinstance(summary, dict) else EXIT_OK
+    except BridgeError as e:
+        if args.debug:
+            raise
+        print(f"tfx-bridge {args.verb}: {e}", file=sys.stderr)
+        summary, code = {"error": str(e), "error_type": type(e).__name__}, EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"tfx-bridge {args.verb}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug: say so in one line, keep the traceback for --debug
+        if args.debug:
+            raise
+        print(f"tfx-bridge {args.verb}: internal error: {type(e).__name__}: {e} "
+              "(rerun with --debug for the traceback, and please report it)", file=sys.stderr)
+        summary, code = {"error": str(e), "error_type": type(e).__name__}, EXIT_INTERNAL
+    if args.json:
+        summary = {"verb": args.verb, "ok": code == EXIT_OK, "exit_code": code, **summary}
+        print(json.dumps(summary, sort_keys=True, default=str))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
