@@ -1,0 +1,68 @@
+"""The ``tfx-bridge`` console script, run as a user runs it (a subprocess)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tfx_bridge import cli
+
+
+def _run(*args, cwd=None):
+    exe = os.path.join(os.path.dirname(sys.executable), "tfx-bridge")
+    return subprocess.run([exe, *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def _last_json(stdout):
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_cli_ingest_json_summary_last_line(tmp_path):
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"id": pa.array(range(300), pa.int32()),
+                             "tags": pa.array([["a"]] * 300, pa.list_(pa.string()))}),
+                   str(tmp_path / "in" / "p.parquet"))
+    proc = _run("ingest", "--input-base", str(tmp_path / "in"), "--output",
+                str(tmp_path / "out"), "--splits", "train:3,eval:1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = _last_json(proc.stdout)
+    assert summary["ok"] is True and summary["rows"] == 300
+    assert sum(summary["splits"].values()) == 300 and set(summary["splits"]) == {"train", "eval"}
+    assert summary["columns"] == {"id": "int64_list", "tags": "bytes_list"}
+    assert os.path.isdir(tmp_path / "out" / "Split-train")
+    assert "[1/3] Planned 300 rows" in proc.stderr
+
+
+def test_cli_ingest_bad_input_one_line_exit_2(tmp_path):
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"s": pa.array([{"a": 1}])}), str(tmp_path / "in" / "p.parquet"))
+    proc = _run("ingest", "--input-base", str(tmp_path / "in"), "--output",
+                str(tmp_path / "out"), "--json")
+    assert proc.returncode == cli.EXIT_BAD_INPUT
+    assert "Traceback" not in proc.stderr
+    assert "Column 's' in p.parquet" in proc.stderr and "flatten" in proc.stderr
+    summary = _last_json(proc.stdout)
+    assert summary["ok"] is False and summary["error_type"] == "ParquetSchemaError"
+
+
+def test_cli_bad_split_spec_exit_2_in_process(tmp_path, capsys):
+    code = cli.main(["ingest", "--input-base", str(tmp_path), "--output", str(tmp_path / "o"),
+                     "--splits", "train", "--quiet"])
+    assert code == cli.EXIT_BAD_INPUT
+    assert "Bad split 'train'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_demo_runs_pipeline_and_prints_summary(tmp_path):
+    proc = _run("demo", "--workdir", str(tmp_path / "w"), "--rows", "300", "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = _last_json(proc.stdout)
+    assert summary["span"] == 2 and summary["num_rows"] == 300
+    assert sum(summary["splits"].values()) == 300
+    assert summary["columns"]["hist_items"]["arrow_type"] == "list<item: int32>"
+    assert "Schema:" in proc.stdout and "[3/3] Done" in proc.stderr
