@@ -13,6 +13,7 @@ demo: $(STAMP)
 	$(VENV)/bin/tfx-bridge demo
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

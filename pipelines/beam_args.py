@@ -14,8 +14,8 @@ from typing import List, Optional
 
 import apache_beam as beam
 
-BEAM_SDK_IMAGE = "apache/beam_python{}.{}_sdk:{}".format(
-    sys.version_info[0], sys.version_info[1], beam.__version__)
+_PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
+BEAM_SDK_IMAGE = f"apache/beam_python{_PY}_sdk:{beam.__version__}"
 
 
 def direct_runner_args(num_workers: Optional[int] = None) -> List[str]:

@@ -52,8 +52,8 @@ def run_ingest_demo(workdir: str, data_root: str,
         examples.properties["split_names"].string_value)
     with open(os.path.join(examples.uri, core.SOURCE_SCHEMA_FILE)) as f:
         source = json.load(f)
-    from tfx.utils import io_utils
     from tensorflow_metadata.proto.v0 import schema_pb2
+    from tfx.utils import io_utils
     schema_proto = io_utils.parse_pbtxt_file(os.path.join(schema.uri, "schema.pbtxt"),
                                              schema_pb2.Schema())
     return {

@@ -101,8 +101,7 @@ def cmd_ingest(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
-    from tfx_bridge.pipelines import demo_data
-    from tfx_bridge.pipelines import runner
+    from tfx_bridge.pipelines import demo_data, runner
 
     workdir = os.path.abspath(args.workdir)
     data_root = os.path.join(workdir, "data")

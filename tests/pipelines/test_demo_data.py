@@ -10,7 +10,7 @@ from tfx_bridge.pipelines import demo_data
 def test_write_demo_spans_same_seed_same_bytes(tmp_path):
     a = demo_data.write_demo_spans(str(tmp_path / "a"), spans=[1, 2], rows_per_span=200)
     b = demo_data.write_demo_spans(str(tmp_path / "b"), spans=[1, 2], rows_per_span=200)
-    for fa, fb in zip(a, b):
+    for fa, fb in zip(a, b, strict=True):
         for part in ("part-0.parquet", "part-1.parquet"):
             assert pq.read_table(f"{fa}/{part}").equals(pq.read_table(f"{fb}/{part}"))
 

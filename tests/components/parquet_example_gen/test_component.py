@@ -17,7 +17,8 @@ from tfx_bridge.components.parquet_example_gen.errors import (
     ParquetConfigError,
     ParquetDataError,
 )
-from tfx_bridge.pipelines import demo_data, pipeline as pipelines, runner
+from tfx_bridge.pipelines import demo_data, runner
+from tfx_bridge.pipelines import pipeline as pipelines
 
 
 def _examples_in(split_uri):

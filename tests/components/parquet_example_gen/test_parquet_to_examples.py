@@ -244,7 +244,7 @@ def test_ingest_parses_with_tf_parse_example(type_table_run):
     })
     ids = [ex.features.feature["id"].int64_list.value[0] for ex in map(
         tf.train.Example.FromString, records)]
-    by_id = dict(zip(ids, parsed["s_nullable"].numpy().tolist()))
+    by_id = dict(zip(ids, parsed["s_nullable"].numpy().tolist(), strict=True))
     assert by_id == {0: -7, 1: 0, 2: -7, 3: 3}
     assert sorted(parsed["s_int32"].numpy().tolist()) == sorted([0, I32_MIN, I32_MAX, -1])
 
@@ -424,3 +424,50 @@ def test_tfrecord_frames_read_by_tensorflow(tmp_path):
     path = tmp_path / "r.tfrecord"
     path.write_bytes(core.tfrecord_frames(records))
     assert [r.numpy() for r in tf.data.TFRecordDataset([str(path)])] == records
+
+
+def _split_ids(out):
+    return {split: sorted(e.features.feature["id"].int64_list.value[0]
+                          for e in _read_examples(os.path.join(out, f"Split-{split}")))
+            for split in ("train", "eval")}
+
+
+def test_ingest_split_membership_same_across_batch_sizes_and_processes(tmp_path):
+    """The encoder's feature order changes per process; splits must not."""
+    import subprocess
+    import sys
+    table = pa.table({"id": pa.array(range(2000), pa.int64()),
+                      "tags": pa.array([["a", "b"][: i % 3] for i in range(2000)],
+                                       pa.list_(pa.string())),
+                      "x": pa.array(np.linspace(-1, 1, 2000), pa.float64())})
+    _write(str(tmp_path / "in" / "p.parquet"), table, row_group_size=700)
+    splits = core.SplitConfig.parse("train:2,eval:1", "*.parquet")
+    plan = core.plan_ingest(str(tmp_path / "in"), splits, batch_size=300)
+    core.ingest(plan, str(tmp_path / "a"), _direct)
+    code = (
+        "import apache_beam as beam\n"
+        "from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core\n"
+        f"plan = core.plan_ingest({str(tmp_path / 'in')!r}, "
+        "core.SplitConfig.parse('train:2,eval:1', '*.parquet'), batch_size=1000)\n"
+        f"core.ingest(plan, {str(tmp_path / 'b')!r}, lambda: beam.Pipeline('DirectRunner'))\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    assert _split_ids(str(tmp_path / "a")) == _split_ids(str(tmp_path / "b"))
+
+
+@pytest.mark.parametrize("left,right", [
+    (pa.array([None], pa.list_(pa.int64())), pa.array([[]], pa.list_(pa.int64()))),
+    (pa.array([["ab"]], pa.list_(pa.binary())), pa.array([["a", "b"]], pa.list_(pa.binary()))),
+    (pa.array([[0.0]], pa.list_(pa.float32())), pa.array([[-0.0]], pa.list_(pa.float32()))),
+    (pa.array([[1, 2]], pa.list_(pa.int64())), pa.array([[2, 1]], pa.list_(pa.int64()))),
+])
+def test_row_hashes_distinguish_values(left, right):
+    a = core.row_hashes(pa.record_batch([left], ["c"]), ["c"])
+    b = core.row_hashes(pa.record_batch([right], ["c"]), ["c"])
+    assert a[0] != b[0]
+
+
+def test_row_hashes_sliced_batch_same_as_whole():
+    arr = pa.array([[1], [2, 3], None, [], [4]], pa.list_(pa.int64()))
+    whole = core.row_hashes(pa.record_batch([arr], ["c"]), ["c"])
+    part = core.row_hashes(pa.record_batch([arr.slice(2)], ["c"]), ["c"])
+    assert part.tolist() == whole[2:].tolist()
