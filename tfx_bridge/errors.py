@@ -10,3 +10,12 @@ with exit code 1, not an exception.
 
 class BridgeError(ValueError):
     """Bad input or configuration. Retrying without a change will not help."""
+
+
+class CheckFailed(BridgeError):
+    """A check on data or a model failed (anomalies, not equivalent, push refused).
+
+    The result is recorded on the output artifact (blessed=0 / pushed=0) before
+    this is raised; the CLI exits 1 for it. Retrying without fixing the data or
+    the model gives the same result.
+    """

@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import struct
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -721,7 +721,7 @@ def tfrecord_frames(records: Sequence[bytes]) -> bytes:
     trailer = masked.astype("<u4").tobytes()
     headers = [_header(len(r)) for r in records]
     trailers = [trailer[i:i + 4] for i in range(0, 4 * n, 4)]
-    return b"".join(itertools.chain.from_iterable(zip(headers, records, trailers)))
+    return b"".join(itertools.chain.from_iterable(zip(headers, records, trailers, strict=True)))
 
 
 class _BatchedTFRecordSink(filebasedsink.FileBasedSink):
