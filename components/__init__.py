@@ -8,6 +8,7 @@ import importlib
 
 _EXPORTS = {
     "ParquetExampleGen": "tfx_bridge.components.parquet_example_gen",
+    "SchemaGuard": "tfx_bridge.components.schema_guard",
 }
 
 __all__ = sorted(_EXPORTS)

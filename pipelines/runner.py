@@ -9,6 +9,7 @@ from tfx import v1 as tfx
 from tfx.orchestration import metadata as tfx_metadata
 from tfx.types import artifact_utils
 
+from tfx_bridge import schemas
 from tfx_bridge.components.parquet_example_gen import executor as peg_executor
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
 from tfx_bridge.pipelines import pipeline as pipelines
@@ -38,16 +39,22 @@ def _custom(artifact, key: str) -> Optional[Any]:
     return value.string_value if value.HasField("string_value") else value.int_value
 
 
-def run_ingest_demo(workdir: str, data_root: str,
-                    beam_pipeline_args: Optional[List[str]] = None) -> Dict[str, Any]:
-    """Runs the ingest pipeline on ``data_root`` and summarises the latest outputs."""
+def run_data_demo(workdir: str, data_root: str,
+                  beam_pipeline_args: Optional[List[str]] = None,
+                  contract_path: Optional[str] = None) -> Dict[str, Any]:
+    """Runs the data pipeline on ``data_root`` and summarises the latest outputs.
+
+    The consumer contract defaults to the demo model's (schemas/demo.contract.yaml).
+    """
     metadata_path = os.path.join(workdir, METADATA_FILE)
-    pipeline = pipelines.create_ingest_pipeline(
+    pipeline = pipelines.create_data_pipeline(
         DEMO_PIPELINE_NAME, os.path.join(workdir, PIPELINE_ROOT_DIR), data_root,
-        metadata_path=metadata_path, beam_pipeline_args=beam_pipeline_args)
+        metadata_path=metadata_path, beam_pipeline_args=beam_pipeline_args,
+        contract_path=contract_path or schemas.path(schemas.DEMO_CONTRACT))
     run_local(pipeline)
     examples = latest_artifacts(metadata_path, "Examples")[0]
     schema = latest_artifacts(metadata_path, "Schema")[0]
+    anomalies = latest_artifacts(metadata_path, "ExampleAnomalies")[0]
     split_names = artifact_utils.decode_split_names(
         examples.properties["split_names"].string_value)
     with open(os.path.join(examples.uri, core.SOURCE_SCHEMA_FILE)) as f:
@@ -66,4 +73,7 @@ def run_ingest_demo(workdir: str, data_root: str,
         "schema_uri": schema.uri,
         "schema_features": len(schema_proto.feature),
         "metadata": metadata_path,
+        "anomalies_uri": anomalies.uri,
+        "schema_guard_blessed": _custom(anomalies, "blessed"),
+        "schema_guard_findings": _custom(anomalies, "findings"),
     }

@@ -97,6 +97,44 @@ def cmd_ingest(args: argparse.Namespace) -> Dict[str, Any]:
     }
 
 
+# --------------------------------------------------------------------------- validate
+
+
+def cmd_validate(args: argparse.Namespace) -> Dict[str, Any]:
+    from tfx_bridge.components.schema_guard import contract as contracts
+    from tfx_bridge.components.schema_guard import guard, report
+
+    progress = Progress(3, enabled=not args.quiet)
+    schema = guard.load_schema(args.schema)
+    consumer = None
+    if args.model:
+        consumer = contracts.contract_from_saved_model(args.model)
+    if args.contract:
+        from_file = contracts.load_contract_file(args.contract)
+        consumer = from_file if consumer is None else consumer.merged(from_file)
+    config = guard.GuardConfig(guard.expectations_from_schema(schema),
+                               consumer.features if consumer is not None else ())
+    splits = guard.list_splits(args.examples)
+    progress(f"Checking splits {splits} of {args.examples} against {len(config.expectations)} "
+             f"schema features and {len(config.consumer)} consumer features")
+    findings = guard.scan_examples(args.examples, config, splits)
+    context = {"examples": os.path.abspath(args.examples), "schema": args.schema,
+               "consumer": consumer.origin if consumer is not None else "none"}
+    summary = report.write_reports(args.output, findings, splits, schema, context)
+    progress(f"Checked {sum(findings.records.values())} records: "
+             f"{summary['findings']} finding(s)")
+    lines = report.summary_lines(findings)
+    print("Clean: no findings." if not lines else f"{len(lines)} finding(s):")
+    for line in lines:
+        print(f"- {line}")
+    print(f"Report: {os.path.join(os.path.abspath(args.output), report.REPORT_MD)}")
+    progress("Done")
+    return {"blessed": summary["blessed"], "findings": summary["findings"],
+            "records": findings.records, "output": os.path.abspath(args.output),
+            "checks": sorted({f.check for f in findings.sorted()}),
+            "_exit": EXIT_OK if summary["blessed"] else EXIT_CHECK_FAILED}
+
+
 # --------------------------------------------------------------------------- demo
 
 
@@ -109,8 +147,9 @@ def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
     folders = demo_data.write_demo_spans(data_root, spans=range(1, args.spans + 1),
                                          rows_per_span=args.rows)
     progress(f"Generated {args.spans} span(s) x {args.rows} rows under {data_root}")
-    result = runner.run_ingest_demo(workdir, data_root)
-    progress(f"Ran ParquetExampleGen -> StatisticsGen -> SchemaGen (span {result['span']})")
+    result = runner.run_data_demo(workdir, data_root)
+    progress("Ran ParquetExampleGen -> StatisticsGen -> SchemaGen -> SchemaGuard "
+             f"(span {result['span']})")
     print(f"Examples: {result['examples_uri']}")
     for name, n in result["splits"].items():
         print(f"  Split-{name}: {n} records")
@@ -118,6 +157,9 @@ def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
     for name, col in result["columns"].items():
         print(f"  {name}: {col['arrow_type']} -> {col['feature']}")
     print(f"Schema: {result['schema_uri']} ({result['schema_features']} features)")
+    verdict = ("clean (blessed)" if result["schema_guard_blessed"] == 1 else
+               f"{result['schema_guard_findings']} finding(s), not blessed")
+    print(f"SchemaGuard: {verdict}; report {result['anomalies_uri']}/report.md")
     progress("Done")
     result["data_root"] = data_root
     result["span_folders"] = folders
@@ -165,6 +207,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="DirectRunner processes (default: in-process)")
     _add_common(ingest)
     ingest.set_defaults(func=cmd_ingest)
+    validate = sub.add_parser(
+        "validate", help="SchemaGuard: check Examples against a schema and a consumer contract")
+    validate.add_argument("--examples", required=True,
+                          help="Examples folder (Split-*/ gzip TFRecords)")
+    validate.add_argument("--schema", required=True, help="TFMD Schema text proto")
+    validate.add_argument("--model", default=None,
+                          help="SavedModel (or Model artifact) whose serving_default is the "
+                          "consumer contract")
+    validate.add_argument("--contract", default=None, help="contract file (YAML), see schemas/")
+    validate.add_argument("--output", required=True,
+                          help="folder for Split-*/SchemaDiff.pb and the reports")
+    _add_common(validate)
+    validate.set_defaults(func=cmd_validate)
     return parser
 
 

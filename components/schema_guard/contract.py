@@ -118,11 +118,14 @@ class Contract:
 
 def load_contract_file(path: str) -> Contract:
     """Reads a YAML (or JSON) contract file; every problem is listed at once."""
+    import tensorflow as tf
     import yaml
 
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
+        with tf.io.gfile.GFile(path, "r") as f:
+            doc = yaml.safe_load(f.read())
+    except tf.errors.OpError as e:
+        raise SchemaGuardConfigError(f"Cannot read contract file {path}: {e.message}.") from e
     except OSError as e:
         raise SchemaGuardConfigError(f"Cannot read contract file {path}: {e}.") from e
     except yaml.YAMLError as e:

@@ -193,6 +193,8 @@ def expectations_from_schema(schema) -> Tuple[Expectation, ...]:
                 kw["int_min"] = int(f.int_domain.min)
             if f.int_domain.HasField("max"):
                 kw["int_max"] = int(f.int_domain.max)
+        if f.HasField("bool_domain") and type_name == "INT":
+            kw.update(int_min=0, int_max=1)
         if f.HasField("float_domain"):
             fd = f.float_domain
             if fd.HasField("min"):
@@ -214,14 +216,17 @@ def expectations_from_schema(schema) -> Tuple[Expectation, ...]:
 
 def load_schema(path: str):
     """A TFMD Schema from a text proto file or a SchemaGen artifact folder."""
+    import tensorflow as tf
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    if os.path.isdir(path):
+    if tf.io.gfile.isdir(path):
         path = os.path.join(path, "schema.pbtxt")
     try:
-        with open(path, encoding="utf-8") as f:
+        with tf.io.gfile.GFile(path, "r") as f:
             return text_format.Parse(f.read(), schema_pb2.Schema())
+    except tf.errors.OpError as e:
+        raise SchemaGuardConfigError(f"Cannot read schema {path}: {e.message}.") from e
     except OSError as e:
         raise SchemaGuardConfigError(f"Cannot read schema {path}: {e}.") from e
     except text_format.ParseError as e:

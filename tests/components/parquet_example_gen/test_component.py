@@ -75,7 +75,7 @@ def test_pipeline_bad_data_fails_run_with_typed_error(tmp_path):
     data.mkdir(parents=True)
     pq.write_table(pa.table({"hist": pa.array([[1], [None, 2]], pa.list_(pa.int32()))}),
                    str(data / "part-0.parquet"))
-    p = pipelines.create_ingest_pipeline("bad", str(tmp_path / "root"), str(tmp_path / "data"),
+    p = pipelines.create_data_pipeline("bad", str(tmp_path / "root"), str(tmp_path / "data"),
                                          metadata_path=str(tmp_path / "m.sqlite"))
     with pytest.raises(ParquetDataError,
                        match=r"Column 'hist' in span-1/part-0\.parquet \(row 1\): null inside"):
@@ -113,7 +113,7 @@ def test_component_defaults_match_stock_examplegen():
 def test_kubeflow_v2_compile_uses_stock_driver_and_our_executor(tmp_path):
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
-    p = pipelines.create_ingest_pipeline("kfp-ingest", "gs://bucket/root", "gs://bucket/data",
+    p = pipelines.create_data_pipeline("kfp-ingest", "gs://bucket/root", "gs://bucket/data",
                                          columns=["user_id", "clicked"])
     config = kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
         default_image="example.com/tfx-bridge:test")

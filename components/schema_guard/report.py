@@ -1,0 +1,147 @@
+"""SchemaGuard's outputs: TFDV Anomalies protos per split, and readable reports.
+
+Layout (a contract in DESIGN.md), under the ExampleAnomalies artifact folder:
+``Split-<name>/SchemaDiff.pb`` (binary ``Anomalies``, where stock
+ExampleValidator writes it, so ``tfdv.load_anomalies_binary`` and notebooks
+read it), ``findings.json``, ``report.md`` and ``report.html`` at the root.
+
+No TFX imports.
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+from typing import Dict, Iterable, List, Optional
+
+from tfx_bridge.components.schema_guard import guard
+from tfx_bridge.components.schema_guard.guard import Finding, Findings
+
+ANOMALIES_FILE = "SchemaDiff.pb"
+FINDINGS_FILE = "findings.json"
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+
+_REASON = {
+    guard.WIRE_KIND: "UNEXPECTED_DATA_TYPE",
+    guard.VALUE_COUNT: "INVALID_FEATURE_SHAPE",
+    guard.PRESENCE: "FEATURE_TYPE_LOW_FRACTION_PRESENT",
+    guard.UNKNOWN_FEATURE: "SCHEMA_NEW_COLUMN",
+    guard.CONSUMER_KIND: "UNEXPECTED_DATA_TYPE",
+    guard.CONSUMER_RANGE: "INT_TYPE_BIG_INT",
+    guard.CONSUMER_SHAPE: "INVALID_FEATURE_SHAPE",
+    guard.CONSUMER_MISSING: "FEATURE_TYPE_NOT_PRESENT",
+    guard.PARSE_DTYPE: "CUSTOM_VALIDATION",
+    guard.SOURCE_NARROWING: "CUSTOM_VALIDATION",
+}
+_DOMAIN_REASON = {"int_domain": "INT_TYPE_BIG_INT", "float_domain": "FLOAT_TYPE_BIG_FLOAT",
+                  "string_domain": "ENUM_TYPE_UNEXPECTED_STRING_VALUES"}
+
+
+def _reason_type(f: Finding) -> str:
+    if f.check == guard.DOMAIN:
+        return next((r for k, r in _DOMAIN_REASON.items() if k in f.expected),
+                    "CUSTOM_VALIDATION")
+    return _REASON.get(f.check, "CUSTOM_VALIDATION")
+
+
+def anomalies_proto(findings: Iterable[Finding], split: str, schema=None):
+    """TFDV's ``Anomalies`` for one split: its findings plus split-independent ones."""
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+
+    out = anomalies_pb2.Anomalies()
+    if schema is not None:
+        out.baseline.CopyFrom(schema)
+    for f in findings:
+        if f.split not in (None, split):
+            continue
+        info = out.anomaly_info[f.feature]
+        info.severity = anomalies_pb2.AnomalyInfo.ERROR
+        info.path.step.append(f.feature)
+        reason = info.reason.add()
+        reason.type = anomalies_pb2.AnomalyInfo.Type.Value(_reason_type(f))
+        reason.short_description = f"{f.check}: expected {f.expected}"
+        reason.description = f.message()
+        info.short_description = (reason.short_description if len(info.reason) == 1
+                                  else "Multiple errors")
+        info.description = " ".join(r.description for r in info.reason)
+    return out
+
+
+def summary_lines(findings: Findings) -> List[str]:
+    """One line per finding, in a stable order."""
+    return [f.message(findings.records.get(f.split) if f.split else None)
+            for f in findings.sorted()]
+
+
+def write_reports(output_dir: str, findings: Findings, splits: List[str], schema=None,
+                  context: Optional[Dict[str, str]] = None) -> Dict[str, object]:
+    """Writes Split-*/SchemaDiff.pb, findings.json, report.md and report.html."""
+    context = dict(context or {})
+    ordered = findings.sorted()
+    blessed = not ordered
+    os.makedirs(output_dir, exist_ok=True)
+    for split in splits:
+        folder = os.path.join(output_dir, f"Split-{split}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, ANOMALIES_FILE), "wb") as f:
+            f.write(anomalies_proto(ordered, split, schema).SerializeToString())
+    doc = {"blessed": blessed, "splits": splits, "context": context, **findings.to_json()}
+    with open(os.path.join(output_dir, FINDINGS_FILE), "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2, sort_keys=True)
+    with open(os.path.join(output_dir, REPORT_MD), "w", encoding="utf-8") as f:
+        f.write(_markdown(findings, splits, context, blessed))
+    with open(os.path.join(output_dir, REPORT_HTML), "w", encoding="utf-8") as f:
+        f.write(_html(findings, splits, context, blessed))
+    return {"blessed": blessed, "findings": len(ordered), "records": dict(findings.records)}
+
+
+def _rows(findings: Findings):
+    for f in findings.sorted():
+        where = "; ".join(f"{s['file']}#{s['record']}: {s['value']}" for s in f.samples)
+        records = findings.records.get(f.split) if f.split else None
+        count = f"{f.count} / {records}" if f.count and records else (str(f.count) if f.count
+                                                                       else "spec")
+        yield [f.split or "all", f.feature, f.check, f.expected, f.actual, count, where, f.fix]
+
+
+_HEADERS = ["split", "feature", "check", "expected", "actual", "records", "first locations",
+            "fix"]
+
+
+def _markdown(findings: Findings, splits, context, blessed: bool) -> str:
+    lines = ["# SchemaGuard report", ""]
+    status = "**clean: blessed**" if blessed else f"**{len(findings.by_key)} finding(s): not blessed**"
+    lines.append(f"Result: {status}")
+    lines.append("")
+    for k, v in context.items():
+        lines.append(f"- {k}: {v}")
+    lines.append("- records checked: " + ", ".join(
+        f"{s}: {findings.records.get(s, 0)}" for s in splits))
+    lines.append("")
+    if not blessed:
+        lines.append("| " + " | ".join(_HEADERS) + " |")
+        lines.append("|" + "---|" * len(_HEADERS))
+        for row in _rows(findings):
+            lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _html(findings: Findings, splits, context, blessed: bool) -> str:
+    esc = html.escape
+    status = ("<p class=ok>Clean: blessed.</p>" if blessed else
+              f"<p class=bad>{len(findings.by_key)} finding(s): not blessed.</p>")
+    items = "".join(f"<li>{esc(str(k))}: {esc(str(v))}</li>" for k, v in context.items())
+    items += "<li>records checked: " + esc(", ".join(
+        f"{s}: {findings.records.get(s, 0)}" for s in splits)) + "</li>"
+    table = ""
+    if not blessed:
+        head = "".join(f"<th>{esc(h)}</th>" for h in _HEADERS)
+        body = "".join("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>"
+                       for row in _rows(findings))
+        table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return ("<!doctype html><html><head><meta charset=utf-8><title>SchemaGuard report</title>"
+            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;font-size:90%}"
+            ".ok{color:#060}.bad{color:#a00;font-weight:bold}</style></head><body>"
+            f"<h1>SchemaGuard report</h1>{status}<ul>{items}</ul>{table}</body></html>\n")
