@@ -7,7 +7,8 @@ values a finding shows are converted to Python.
 
 A batch whose records disagree on a feature's wire kind cannot be decoded;
 the wire kinds of that batch are then read with TF's ``decode_proto`` (also
-vectorised), the offending records become findings, and the rest is decoded.
+vectorised) and the batch is split into groups of one kind, each decoded and
+checked in full, so mixed records are reported and still checked for the rest.
 
 Findings gather per (split, feature, check, expected, actual); each keeps a
 count and the first few (file, record index, value) locations, and merges
@@ -51,6 +52,7 @@ CONSUMER_KIND = "data_vs_consumer.wire_kind"
 CONSUMER_RANGE = "data_vs_consumer.range"
 CONSUMER_SHAPE = "data_vs_consumer.shape"
 CONSUMER_MISSING = "data_vs_consumer.missing"
+SCHEMA_VS_CONSUMER = "schema_vs_consumer.wire_kind"
 PARSE_DTYPE = "consumer_vs_example.parse_dtype"
 SOURCE_NARROWING = "source_vs_consumer.narrowing"
 
@@ -322,14 +324,6 @@ def _wire_kinds(records: Sequence[bytes], feature: str) -> np.ndarray:
     return out
 
 
-def _example_value(record: bytes, feature: str):
-    import tensorflow as tf
-
-    f = tf.train.Example.FromString(record).features.feature[feature]
-    kind = f.WhichOneof("kind")
-    return list(getattr(f, kind).value) if kind else None
-
-
 def _kind_of(arr: pa.Array) -> Optional[str]:
     t = arr.type
     if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
@@ -349,30 +343,34 @@ class _Decoder:
         from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
         self._decoder = ExamplesToRecordBatchDecoder()
 
-    def decode(self, records: List[bytes], expected: Dict[str, str],
-               emit_wrong_kind) -> Tuple[pa.RecordBatch, np.ndarray]:
-        """Decodes; records whose wire kind disagrees within the batch go to
-        ``emit_wrong_kind(feature, kinds, index)`` and are left out. Returns the
-        batch and the record indices (into ``records``) its rows come from."""
-        index = np.arange(len(records))
-        for _ in range(len(expected) + 64):
+    def decode(self, records: List[bytes]) -> List[Tuple[pa.RecordBatch, np.ndarray]]:
+        """Decoded groups and the record indices (into ``records``) of their rows.
+
+        Usually one group. When records disagree on a feature's wire kind the
+        decoder refuses the batch; it is then split by that feature's kind (read
+        with ``decode_proto``), so each group is uniform and every record is
+        still checked for everything else.
+        """
+        out = []
+        pending = [np.arange(len(records))]
+        while pending:
+            index = pending.pop()
+            batch = [records[i] for i in index]
             try:
-                return self._decoder.DecodeBatch([records[i] for i in index]), index
+                out.append((self._decoder.DecodeBatch(batch), index))
+                continue
             except RuntimeError as e:
                 m = _WRONG_TYPE.search(str(e))
                 if not m:
                     raise
-                feature = m.group(2)
-                kinds = _wire_kinds([records[i] for i in index], feature)
-                present = kinds[kinds != ""]
-                want = expected.get(feature)
-                if want is None:  # no schema kind: the majority is taken as intended
-                    values, counts = np.unique(present.astype(str), return_counts=True)
-                    want = str(values[np.argmax(counts)])
-                bad = (kinds != "") & (kinds != want)
-                emit_wrong_kind(feature, want, kinds[bad], index[bad])
-                index = index[~bad]
-        raise SchemaGuardInputError("Records disagree on wire kinds beyond repair.")
+                kinds = _wire_kinds(batch, m.group(2))
+            # Records without the feature join the largest group.
+            values, counts = np.unique(kinds[kinds != ""].astype(str), return_counts=True)
+            majority = values[np.argmax(counts)]
+            kinds[kinds == ""] = majority
+            for kind in values:
+                pending.append(index[kinds == kind])
+        return out
 
 
 # --------------------------------------------------------------------------- checks
@@ -399,18 +397,13 @@ class _BatchChecker:
         self.findings = findings
 
     def emit(self, check, feature, expected, actual, fix, rows: np.ndarray, arr=None,
-             first: int = 0, record_index: Optional[np.ndarray] = None, values=None):
+             first: int = 0, record_index: Optional[np.ndarray] = None):
         if len(rows) == 0:
             return
         samples = []
-        for j, r in enumerate(rows[:MAX_SAMPLES]):
+        for r in rows[:MAX_SAMPLES]:
             rec = int(record_index[r]) if record_index is not None else int(r)
-            if values is not None:
-                value = values[j]
-            elif arr is not None:
-                value = arr[int(r)].as_py()
-            else:
-                value = None
+            value = arr[int(r)].as_py() if arr is not None else None
             samples.append({"file": self.file, "record": first + rec,
                             "value": "absent" if value is None else _fmt_value(value)})
         self.findings.add(Finding(check, feature, self.split, expected, actual, fix,
@@ -559,21 +552,11 @@ def scan_file(path: str, split: str, config: GuardConfig, shown_name: Optional[s
     name = shown_name or os.path.basename(path)
     checker = _BatchChecker(config, split, name, findings)
     decoder = _Decoder()
-    expected = {e.name: e.wire for e in config.expectations}
     total = 0
     for first, records in read_record_batches(path, config.batch_size):
         total += len(records)
-
-        def wrong_kind(feature, want, kinds, index, first=first, records=records):
-            values = [_example_value(records[i], feature) for i in index[:MAX_SAMPLES]]
-            checker.emit(WIRE_KIND, feature, f"{want} (as the schema or most records)",
-                         "mixed: " + ", ".join(sorted(set(kinds.astype(str)))),
-                         f"Write {feature!r} as {want} in every record upstream.",
-                         np.arange(len(index)), first=first, record_index=index,
-                         values=values)
-
-        rb, index = decoder.decode(records, expected, wrong_kind)
-        checker.check(rb, first, index)
+        for rb, index in decoder.decode(records):
+            checker.check(rb, first, index)
     findings.records[split] = findings.records.get(split, 0) + total
     return findings
 
@@ -596,7 +579,7 @@ def spec_findings(config: GuardConfig, source_schema: Optional[dict]) -> Finding
                             f"({c.origin})."))
         e = expected.get(c.name)
         if e is not None and e.wire != c.wire:
-            out.add(Finding(CONSUMER_KIND, c.name, None, f"{c.wire} for {c.dtype} "
+            out.add(Finding(SCHEMA_VS_CONSUMER, c.name, None, f"{c.wire} for {c.dtype} "
                             f"({c.origin})", f"schema type {_DTYPE_WORD[e.wire].upper()} "
                             f"({e.wire})", "Make the schema and the consumer agree: change the "
                             "consumer's dtype or the feature's type upstream."))

@@ -31,6 +31,7 @@ _REASON = {
     guard.CONSUMER_RANGE: "INT_TYPE_BIG_INT",
     guard.CONSUMER_SHAPE: "INVALID_FEATURE_SHAPE",
     guard.CONSUMER_MISSING: "FEATURE_TYPE_NOT_PRESENT",
+    guard.SCHEMA_VS_CONSUMER: "UNEXPECTED_DATA_TYPE",
     guard.PARSE_DTYPE: "CUSTOM_VALIDATION",
     guard.SOURCE_NARROWING: "CUSTOM_VALIDATION",
 }
@@ -111,7 +112,8 @@ _HEADERS = ["split", "feature", "check", "expected", "actual", "records", "first
 
 def _markdown(findings: Findings, splits, context, blessed: bool) -> str:
     lines = ["# SchemaGuard report", ""]
-    status = "**clean: blessed**" if blessed else f"**{len(findings.by_key)} finding(s): not blessed**"
+    status = ("**clean: blessed**" if blessed
+              else f"**{len(findings.by_key)} finding(s): not blessed**")
     lines.append(f"Result: {status}")
     lines.append("")
     for k, v in context.items():
