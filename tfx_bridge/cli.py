@@ -230,11 +230,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         _quiet_libraries()
     logging.basicConfig(level=logging.INFO if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    from tfx_bridge.errors import BridgeError
+    from tfx_bridge.errors import BridgeError, CheckFailed
 
     try:
         summary = args.func(args)
         code = summary.pop("_exit", EXIT_OK) if isinstance(summary, dict) else EXIT_OK
+    except CheckFailed as e:
+        if args.debug:
+            raise
+        print(f"tfx-bridge {args.verb}: {e}", file=sys.stderr)
+        summary, code = {"error": str(e), "error_type": type(e).__name__}, EXIT_CHECK_FAILED
     except BridgeError as e:
         if args.debug:
             raise

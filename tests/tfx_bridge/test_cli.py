@@ -66,3 +66,51 @@ def test_cli_demo_runs_pipeline_and_prints_summary(tmp_path):
     assert sum(summary["splits"].values()) == 300
     assert summary["columns"]["hist_items"]["arrow_type"] == "list<item: int32>"
     assert "Schema:" in proc.stdout and "[3/3] Done" in proc.stderr
+
+
+def _ingest_demo(tmp_path, table=None):
+    from tfx_bridge.pipelines import demo_data
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(table if table is not None else demo_data.make_span_table(1, 300),
+                   str(src / "p.parquet"))
+    proc = _run("ingest", "--input-base", str(src), "--output", str(tmp_path / "ex"), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    return str(tmp_path / "ex")
+
+
+def test_cli_validate_clean_exit_0(tmp_path):
+    from tfx_bridge import schemas
+    examples = _ingest_demo(tmp_path)
+    proc = _run("validate", "--examples", examples, "--schema",
+                schemas.path(schemas.DEMO_SCHEMA), "--contract",
+                schemas.path(schemas.DEMO_CONTRACT), "--output", str(tmp_path / "v"), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = _last_json(proc.stdout)
+    assert summary["blessed"] is True and sum(summary["records"].values()) == 300
+    assert (tmp_path / "v" / "report.html").exists()
+
+
+def test_cli_validate_findings_exit_1_with_summary(tmp_path):
+    from tfx_bridge import schemas
+    from tfx_bridge.pipelines import demo_data
+    table = demo_data.make_span_table(1, 300)
+    hour = pa.array([float(h) + 0.5 for h in table.column("hour").to_pylist()], pa.float32())
+    table = table.set_column(table.schema.get_field_index("hour"), "hour", hour)
+    examples = _ingest_demo(tmp_path, table)
+    proc = _run("validate", "--examples", examples, "--schema",
+                schemas.path(schemas.DEMO_SCHEMA), "--contract",
+                schemas.path(schemas.DEMO_CONTRACT), "--output", str(tmp_path / "v"), "--json")
+    assert proc.returncode == cli.EXIT_CHECK_FAILED, proc.stderr
+    assert "feature 'hour' (data_vs_schema.wire_kind): expected int64_list" in proc.stdout
+    summary = _last_json(proc.stdout)
+    assert summary["blessed"] is False and "data_vs_schema.wire_kind" in summary["checks"]
+
+
+def test_cli_validate_bad_schema_exit_2(tmp_path):
+    bad = tmp_path / "s.pbtxt"
+    bad.write_text("feature { nme: 'x' }")
+    (tmp_path / "ex" / "Split-train").mkdir(parents=True)
+    code = cli.main(["validate", "--examples", str(tmp_path / "ex"), "--schema", str(bad),
+                     "--output", str(tmp_path / "o"), "--quiet"])
+    assert code == cli.EXIT_BAD_INPUT
