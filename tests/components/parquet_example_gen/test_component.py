@@ -132,4 +132,4 @@ def test_kubeflow_v2_compile_uses_stock_driver_and_our_executor(tmp_path):
     assert "span-{SPAN}" in task_params["input_config"]["runtimeValue"]["constantValue"][
         "stringValue"]
     assert set(spec["root"]["dag"]["tasks"]) == {"ParquetExampleGen", "StatisticsGen",
-                                                 "SchemaGen"}
+                                                 "SchemaGen", "SchemaGuard"}

@@ -1,0 +1,194 @@
+"""PyTorchModelImporter's core on five reference architectures, and its refusals."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
+onnx = pytest.importorskip("onnx", reason="needs the [onnx] extra (onnx)")
+
+import tensorflow as tf  # noqa: E402
+
+from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.errors import (  # noqa: E402
+    ImporterConfigError,
+    ModelSourceError,
+)
+from tfx_bridge.pipelines import demo_models  # noqa: E402
+
+# name -> how the research team hands it over
+HANDOVER = {"mlp": "state_dict", "cnn": "torchscript", "transformer": "torchscript",
+            "moe": "state_dict", "embedding": "onnx"}
+
+
+def handover(name: str, folder: str) -> convert.ModelSource:
+    cls, kwargs, inputs, outputs = demo_models.REFERENCE_MODELS[name]
+    model = demo_models.build(name)
+    kind = HANDOVER[name]
+    specs = signature.parse_input_specs(inputs)
+    sample = tuple(torch.from_numpy(v) for v in convert.make_inputs(specs, 3).values())
+    if kind == "state_dict":
+        path = os.path.join(folder, f"{name}.pt")
+        torch.save(model.state_dict(), path)
+        return convert.ModelSource(kind, path, f"tfx_bridge.pipelines.demo_models:{cls.__name__}",
+                                   kwargs)
+    if kind == "torchscript":
+        path = os.path.join(folder, f"{name}.torchscript")
+        torch.jit.trace(model, sample).save(path)
+        return convert.ModelSource(kind, path)
+    path = os.path.join(folder, f"{name}.onnx")
+    torch.onnx.export(model, sample, path, input_names=[s.name for s in specs],
+                      dynamic_axes={s.name: {0: "b"} for s in specs}, opset_version=17)
+    return convert.ModelSource(kind, path)
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """Every reference model imported once (about 20 s each: onnx2tf in a subprocess)."""
+    out = {}
+    for name in demo_models.REFERENCE_MODELS:
+        folder = str(tmp_path_factory.mktemp(name))
+        _, _, inputs, outputs = demo_models.REFERENCE_MODELS[name]
+        result = convert.import_model(handover(name, folder), signature.parse_input_specs(inputs),
+                                      outputs, os.path.join(folder, "model"))
+        out[name] = result
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(demo_models.REFERENCE_MODELS))
+def test_import_reference_model_equivalent_at_three_batch_sizes(imported, name):
+    result = imported[name]
+    assert result.blessed, convert.check_table(result.report["checks"])
+    checks = result.report["checks"]
+    assert {c["batch"] for c in checks} == {1, 7, 32}
+    _, _, _, outputs = demo_models.REFERENCE_MODELS[name]
+    refs = {"onnxruntime"} | ({"torch"} if HANDOVER[name] != "onnx" else set())
+    for batch in (1, 7, 32):
+        for out in outputs:
+            for ref in refs:
+                c = next(c for c in checks if (c["batch"], c["output"], c["reference"]) ==
+                         (batch, out, ref))
+                if c["dtype"].startswith("int"):
+                    assert c["mismatches"] == 0 and c["max_abs"] == 0
+                else:
+                    assert c["max_abs"] <= 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(demo_models.REFERENCE_MODELS))
+def test_import_signature_names_dtypes_shapes_preserved(imported, name):
+    _, _, inputs, outputs = demo_models.REFERENCE_MODELS[name]
+    loaded = tf.saved_model.load(imported[name].serving_dir)
+    fn = loaded.signatures["serving_default"]
+    got = {k: (v.dtype.name, tuple(v.shape.as_list()))
+           for k, v in fn.structured_input_signature[1].items()}
+    want = {s.name: (s.dtype, tuple(None if d < 0 else d for d in s.shape))
+            for s in signature.parse_input_specs(inputs)}
+    assert got == want  # NCHW stays NCHW: no silent NHWC
+    assert sorted(fn.structured_outputs) == sorted(outputs)
+    ex = loaded.signatures["serving_tf_example"].structured_input_signature[1]
+    assert {k: v.dtype.name for k, v in ex.items()} == {"examples": "string"}
+
+
+@pytest.mark.slow
+def test_import_moe_indices_int64_exact(imported):
+    loaded = tf.saved_model.load(imported["moe"].serving_dir)
+    x = np.random.default_rng(3).uniform(-1, 1, (32, 16)).astype(np.float32)
+    got = loaded.signatures["serving_default"](x=tf.constant(x))
+    model = demo_models.build("moe")
+    with torch.no_grad():
+        score, experts = model(torch.from_numpy(x))
+    assert got["experts"].dtype == tf.int64
+    np.testing.assert_array_equal(got["experts"].numpy(), experts.numpy())
+    np.testing.assert_allclose(got["score"].numpy(), score.numpy(), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_import_report_written(imported):
+    folder = os.path.dirname(imported["mlp"].serving_dir)
+    with open(os.path.join(folder, convert.REPORT_JSON)) as f:
+        report = json.load(f)
+    assert report["blessed"] is True and report["outputs"] == ["logits"]
+    assert "| batch | output | vs |" in open(os.path.join(folder, convert.REPORT_MD)).read()
+    assert not [p for p in os.listdir(imported["mlp"].serving_dir) if p.endswith(".tflite")]
+
+
+@pytest.mark.slow
+def test_import_tampered_onnx_weight_not_blessed(tmp_path):
+    from onnx import numpy_helper
+
+    def tamper(path):
+        model = onnx.load(path)
+        init = max(model.graph.initializer, key=lambda t: np.prod(t.dims))
+        w = numpy_helper.to_array(init).copy()
+        w.flat[0] += 0.5
+        init.CopyFrom(numpy_helper.from_array(w, init.name))
+        onnx.save(model, path)
+
+    _, _, inputs, outputs = demo_models.REFERENCE_MODELS["mlp"]
+    result = convert.import_model(handover("mlp", str(tmp_path)),
+                                  signature.parse_input_specs(inputs), outputs,
+                                  str(tmp_path / "model"), tamper_onnx=tamper)
+    assert not result.blessed
+    torch_checks = [c for c in result.report["checks"] if c["reference"] == "torch"]
+    # A ReLU can mask one weight for some inputs; the gate needs just one miss.
+    assert torch_checks and not all(c["ok"] for c in torch_checks)
+    assert all(c["ok"] for c in result.report["checks"] if c["reference"] == "onnxruntime")
+
+
+def test_state_dict_pickled_code_refused(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"w": torch.zeros(2), "obj": demo_models.MLP()}, str(path))
+    source = convert.ModelSource("state_dict", str(path),
+                                 "tfx_bridge.pipelines.demo_models:MLP", {})
+    with pytest.raises(ModelSourceError, match=r"not a plain state_dict.*weights_only=True"):
+        convert.load_torch_module(source)
+
+
+def test_state_dict_wrong_keys_refused(tmp_path):
+    path = tmp_path / "w.pt"
+    torch.save(demo_models.build("mlp").state_dict(), str(path))
+    source = convert.ModelSource("state_dict", str(path),
+                                 "tfx_bridge.pipelines.demo_models:TopKMoE", {})
+    with pytest.raises(ModelSourceError, match=r"does not fit .*TopKMoE: missing keys"):
+        convert.load_torch_module(source)
+
+
+def test_onnx_external_data_outside_folder_refused(tmp_path):
+    from onnx import helper, TensorProto
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [1], [1.0])
+    weight.data_location = TensorProto.EXTERNAL
+    del weight.float_data[:]
+    entry = weight.external_data.add()
+    entry.key, entry.value = "location", "../../etc/secret.bin"
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+                              [weight])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    with pytest.raises(ModelSourceError, match=r"external data outside the model's folder"):
+        convert.check_external_data(str(path))
+
+
+@pytest.mark.parametrize("text,match", [
+    ("x:float32", r"expected name:dtype:shape"),
+    ("x:complex64:-1", r"dtype 'complex64' is not one of"),
+    ("x:float32:3,8", r"first dimension is the batch and must be -1"),
+    ("x:int64:-1:9..1", r"range low 9.0 > high 1.0"),
+])
+def test_input_spec_bad_text_refused(text, match):
+    with pytest.raises(ImporterConfigError, match=match):
+        signature.parse_input_spec(text)
+
+
+def test_module_class_not_importable_refused(tmp_path):
+    path = tmp_path / "w.pt"
+    torch.save({}, str(path))
+    source = convert.ModelSource("state_dict", str(path), "no_such_pkg.mod:Net", {})
+    with pytest.raises(ImporterConfigError, match=r"cannot import it"):
+        convert.load_torch_module(source)
