@@ -9,6 +9,7 @@ import importlib
 _EXPORTS = {
     "ParquetExampleGen": "tfx_bridge.components.parquet_example_gen",
     "SchemaGuard": "tfx_bridge.components.schema_guard",
+    "PyTorchModelImporter": "tfx_bridge.components.pytorch_model_importer",
 }
 
 __all__ = sorted(_EXPORTS)

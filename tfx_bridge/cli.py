@@ -135,6 +135,46 @@ def cmd_validate(args: argparse.Namespace) -> Dict[str, Any]:
             "_exit": EXIT_OK if summary["blessed"] else EXIT_CHECK_FAILED}
 
 
+# --------------------------------------------------------------------------- import-model
+
+
+def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
+    from tfx_bridge.components.pytorch_model_importer import convert, signature
+    from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
+
+    chosen = [(k, p) for k, p in (("torchscript", args.torchscript),
+                                  ("state_dict", args.state_dict), ("onnx", args.onnx)) if p]
+    if len(chosen) != 1:
+        raise ImporterConfigError(
+            "Give exactly one of --torchscript FILE, --state-dict FILE (with --module-class), "
+            "--onnx FILE.")
+    try:
+        kwargs = json.loads(args.module_kwargs) if args.module_kwargs else None
+    except ValueError as e:
+        raise ImporterConfigError(f"--module-kwargs is not JSON: {e}") from e
+    source = convert.ModelSource(chosen[0][0], chosen[0][1], args.module_class, kwargs)
+    inputs = signature.parse_input_specs(args.input or [])
+    outputs = signature.check_output_names(args.output_name or [])
+    schema = None
+    if args.schema:
+        from tfx_bridge.components.schema_guard import guard
+        schema = guard.load_schema(args.schema)
+    progress = Progress(2, enabled=not args.quiet)
+    result = convert.import_model(source, inputs, outputs, args.output, opset=args.opset,
+                                  atol=args.atol, rtol=args.rtol, examples_dir=args.examples,
+                                  schema=schema)
+    progress(f"Exported, converted and checked {source.kind} {source.path} in "
+             f"{sum(result.report['seconds'].values()):.1f}s")
+    print(convert.check_table(result.report["checks"]))
+    verdict = "equivalent: blessed" if result.blessed else "NOT equivalent: not blessed"
+    print(f"{verdict}. SavedModel: {result.serving_dir}")
+    progress("Done")
+    return {"blessed": result.blessed, "serving_dir": os.path.abspath(result.serving_dir),
+            "max_abs_error": result.report["max_abs_error"],
+            "seconds": result.report["seconds"], "outputs": outputs,
+            "_exit": EXIT_OK if result.blessed else EXIT_CHECK_FAILED}
+
+
 # --------------------------------------------------------------------------- demo
 
 
@@ -220,6 +260,30 @@ def build_parser() -> argparse.ArgumentParser:
                           help="folder for Split-*/SchemaDiff.pb and the reports")
     _add_common(validate)
     validate.set_defaults(func=cmd_validate)
+    imp = sub.add_parser("import-model",
+                         help="PyTorch/ONNX -> SavedModel with a named signature, proven equal")
+    imp.add_argument("--torchscript", default=None, help="a TorchScript file")
+    imp.add_argument("--state-dict", default=None,
+                     help="a state_dict file (loaded with weights_only=True)")
+    imp.add_argument("--module-class", default=None, help="pkg.module:Class for --state-dict")
+    imp.add_argument("--module-kwargs", default=None, help="JSON constructor kwargs")
+    imp.add_argument("--onnx", default=None, help="an ONNX file")
+    imp.add_argument("--input", action="append",
+                     help="name:dtype:shape[:lo..hi], repeatable, in forward() order, "
+                     "e.g. user_id:int64:-1:0..49999 or image:float32:-1,3,224,224")
+    imp.add_argument("--output-name", action="append",
+                     help="output name, repeatable, in the model's output order")
+    imp.add_argument("--output", required=True,
+                     help="Model artifact folder (gets Format-Serving/ and the report)")
+    imp.add_argument("--opset", type=int, default=17)
+    imp.add_argument("--atol", type=float, default=1e-4)
+    imp.add_argument("--rtol", type=float, default=0.0)
+    imp.add_argument("--examples", default=None,
+                     help="Examples folder: check with real inputs instead of random ones")
+    imp.add_argument("--schema", default=None,
+                     help="schema the tf.Example signature must agree with")
+    _add_common(imp)
+    imp.set_defaults(func=cmd_import_model)
     return parser
 
 

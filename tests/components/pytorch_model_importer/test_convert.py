@@ -159,7 +159,7 @@ def test_state_dict_wrong_keys_refused(tmp_path):
 
 
 def test_onnx_external_data_outside_folder_refused(tmp_path):
-    from onnx import helper, TensorProto
+    from onnx import TensorProto, helper
     weight = helper.make_tensor("w", TensorProto.FLOAT, [1], [1.0])
     weight.data_location = TensorProto.EXTERNAL
     del weight.float_data[:]

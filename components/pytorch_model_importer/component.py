@@ -1,0 +1,111 @@
+"""PyTorchModelImporter: the TFX component (spec, class, build-time checks)."""
+from __future__ import annotations
+
+import json
+from typing import Optional, Sequence
+
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.types import channel, component_spec, standard_artifacts
+from tfx.types.component_spec import ChannelParameter, ExecutionParameter
+
+from tfx_bridge.components.pytorch_model_importer import convert, executor, signature
+from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
+
+SOURCE_MODEL_KEY = executor.SOURCE_MODEL_KEY
+SCHEMA_KEY = executor.SCHEMA_KEY
+EXAMPLES_KEY = executor.EXAMPLES_KEY
+MODEL_KEY = executor.MODEL_KEY
+BLESSED_PROPERTY = executor.BLESSED_PROPERTY
+
+
+class PyTorchModelImporterSpec(component_spec.ComponentSpec):
+    """A model file (+ optional Schema, Examples) -> Model (Format-Serving)."""
+
+    PARAMETERS = {
+        executor.SOURCE_KIND_KEY: ExecutionParameter(type=str),
+        executor.SOURCE_PATH_KEY: ExecutionParameter(type=str, optional=True),
+        executor.MODULE_CLASS_KEY: ExecutionParameter(type=str, optional=True),
+        executor.MODULE_KWARGS_KEY: ExecutionParameter(type=str, optional=True),
+        executor.INPUTS_KEY: ExecutionParameter(type=str),
+        executor.OUTPUT_NAMES_KEY: ExecutionParameter(type=str),
+        executor.OPSET_KEY: ExecutionParameter(type=int, optional=True),
+        executor.ATOL_KEY: ExecutionParameter(type=float, optional=True),
+        executor.RTOL_KEY: ExecutionParameter(type=float, optional=True),
+        executor.FAIL_ON_NOT_EQUIVALENT_KEY: ExecutionParameter(type=int, optional=True),
+    }
+    INPUTS = {
+        SOURCE_MODEL_KEY: ChannelParameter(type=standard_artifacts.Model, optional=True),
+        SCHEMA_KEY: ChannelParameter(type=standard_artifacts.Schema, optional=True),
+        EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples, optional=True),
+    }
+    OUTPUTS = {MODEL_KEY: ChannelParameter(type=standard_artifacts.Model)}
+
+
+class PyTorchModelImporter(base_component.BaseComponent):
+    """PyTorch (TorchScript, state_dict + class, or ONNX) -> a proven-equivalent SavedModel.
+
+    Exports to ONNX (opset 17 by default, a dynamic axis per -1), converts with
+    onnx2tf in a subprocess, wraps the result so ``serving_default`` has exactly
+    the declared inputs and named outputs (layouts kept: no silent NHWC) and
+    ``serving_tf_example`` parses serialized tf.Examples (for Evaluator and
+    InfraValidator), then runs torch, onnxruntime and the SavedModel on the
+    same inputs at batch sizes 1, 7 and 32. Integer outputs must match exactly,
+    floats within ``atol``.
+
+    Outputs:
+      model: ``standard_artifacts.Model`` with ``Format-Serving/``,
+        ``report.json``, ``report.md``, custom properties ``blessed`` (1/0),
+        ``source``, ``max_abs_error``, ``tfx_version``.
+
+    Example:
+      >>> from tfx_bridge.components import PyTorchModelImporter
+      >>> importer = PyTorchModelImporter(
+      ...     source_kind="state_dict", source_path="/models/ctr/weights.pt",
+      ...     module_class="tfx_bridge.pipelines.demo_models:TopKMoE",
+      ...     inputs=["x:float32:-1,16"], output_names=["score", "experts"])
+      >>> importer.outputs["model"].type_name
+      'Model'
+    """
+
+    SPEC_CLASS = PyTorchModelImporterSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+
+    def __init__(self, source_kind: str, inputs: Sequence[str], output_names: Sequence[str],
+                 source_path: Optional[str] = None, source_model=None,
+                 module_class: Optional[str] = None, module_kwargs: Optional[dict] = None,
+                 schema=None, examples=None, opset: int = convert.DEFAULT_OPSET,
+                 atol: float = convert.DEFAULT_ATOL, rtol: float = 0.0,
+                 fail_on_not_equivalent: bool = True):
+        """Builds the component; specs and names are checked now, files at run time.
+
+        Args:
+          source_kind: "torchscript", "state_dict" or "onnx".
+          inputs: ``name:dtype:shape[:lo..hi]`` per model input, in order.
+          output_names: the model's outputs, in order.
+          source_path: the model file; relative to ``source_model``'s folder when
+            that channel is given (e.g. an Importer of the research output).
+          module_class / module_kwargs: ``pkg.mod:Class`` and its constructor
+            kwargs, for state_dict sources.
+          schema / examples: parse contract for the tf.Example signature, and
+            real inputs for the equivalence check.
+        """
+        if source_kind not in convert.SOURCES:
+            raise ImporterConfigError(
+                f"source_kind {source_kind!r}: use one of {convert.SOURCES}.")
+        if source_path is None and source_model is None:
+            raise ImporterConfigError("Give source_path, source_model, or both.")
+        if source_kind == convert.SOURCE_STATE_DICT and not module_class:
+            raise ImporterConfigError("A state_dict source needs module_class (pkg.mod:Class).")
+        if not convert.MIN_OPSET <= opset <= 20:
+            raise ImporterConfigError(f"opset {opset}: use {convert.MIN_OPSET} to 20.")
+        specs = signature.parse_input_specs(list(inputs))
+        names = signature.check_output_names(list(output_names))
+        spec = PyTorchModelImporterSpec(
+            source_kind=source_kind, source_path=source_path, module_class=module_class,
+            module_kwargs=None if module_kwargs is None else json.dumps(module_kwargs),
+            inputs=json.dumps([s.to_text() for s in specs]), output_names=json.dumps(names),
+            opset=opset, atol=float(atol), rtol=float(rtol),
+            fail_on_not_equivalent=int(bool(fail_on_not_equivalent)),
+            source_model=source_model, schema=schema, examples=examples,
+            model=channel.Channel(type=standard_artifacts.Model))
+        super().__init__(spec=spec)

@@ -1,0 +1,104 @@
+"""PyTorchModelImporter executor: resolve the source, run the core, record the blessing."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List
+
+from absl import logging
+from tfx import types
+from tfx import version as tfx_version
+from tfx.dsl.components.base import base_executor
+from tfx.types import artifact_utils
+
+from tfx_bridge.components.pytorch_model_importer import convert, signature
+from tfx_bridge.components.pytorch_model_importer.errors import (
+    ImporterConfigError,
+    ModelSourceError,
+    NotEquivalent,
+)
+
+SOURCE_MODEL_KEY = "source_model"
+SCHEMA_KEY = "schema"
+EXAMPLES_KEY = "examples"
+MODEL_KEY = "model"
+SOURCE_KIND_KEY = "source_kind"
+SOURCE_PATH_KEY = "source_path"
+MODULE_CLASS_KEY = "module_class"
+MODULE_KWARGS_KEY = "module_kwargs"
+INPUTS_KEY = "inputs"
+OUTPUT_NAMES_KEY = "output_names"
+OPSET_KEY = "opset"
+ATOL_KEY = "atol"
+RTOL_KEY = "rtol"
+FAIL_ON_NOT_EQUIVALENT_KEY = "fail_on_not_equivalent"
+# Custom properties on the Model artifact (DESIGN.md).
+BLESSED_PROPERTY = "blessed"
+SOURCE_PROPERTY = "source"
+MAX_ABS_ERROR_PROPERTY = "max_abs_error"
+TFX_VERSION_PROPERTY = artifact_utils.ARTIFACT_TFX_VERSION_CUSTOM_PROPERTY_KEY
+
+
+def resolve_source_path(folder: str, path: str) -> str:
+    """``path`` inside the research team's folder, or the one model file there."""
+    if path:
+        full = os.path.join(folder, path) if folder else path
+        if not os.path.isfile(full):
+            raise ModelSourceError(f"No model file {path!r} in {folder or 'the local disk'}.")
+        return full
+    files = sorted(f for f in os.listdir(folder) if os.path.isfile(os.path.join(folder, f)))
+    if len(files) != 1:
+        raise ImporterConfigError(
+            f"{folder} holds {files}; give source_path to say which file is the model.")
+    return os.path.join(folder, files[0])
+
+
+def _json(value, default):
+    return default if value is None else json.loads(value)
+
+
+class Executor(base_executor.BaseExecutor):
+    """Imports a PyTorch/ONNX model into Format-Serving and proves it equivalent."""
+
+    def Do(self, input_dict: Dict[str, List[types.Artifact]],
+           output_dict: Dict[str, List[types.Artifact]],
+           exec_properties: Dict[str, Any]) -> None:
+        self._log_startup(input_dict, output_dict, exec_properties)
+        folder = ""
+        if input_dict.get(SOURCE_MODEL_KEY):
+            folder = artifact_utils.get_single_uri(input_dict[SOURCE_MODEL_KEY])
+        source = convert.ModelSource(
+            exec_properties[SOURCE_KIND_KEY],
+            resolve_source_path(folder, exec_properties.get(SOURCE_PATH_KEY) or ""),
+            exec_properties.get(MODULE_CLASS_KEY) or None,
+            _json(exec_properties.get(MODULE_KWARGS_KEY), {}))
+        inputs = signature.parse_input_specs(_json(exec_properties[INPUTS_KEY], []))
+        outputs = signature.check_output_names(_json(exec_properties[OUTPUT_NAMES_KEY], []))
+        schema = None
+        if input_dict.get(SCHEMA_KEY):
+            from tfx_bridge.components.schema_guard import guard
+            schema = guard.load_schema(artifact_utils.get_single_uri(input_dict[SCHEMA_KEY]))
+        examples_dir = (artifact_utils.get_single_uri(input_dict[EXAMPLES_KEY])
+                        if input_dict.get(EXAMPLES_KEY) else None)
+        model = artifact_utils.get_single_instance(output_dict[MODEL_KEY])
+        opset = exec_properties.get(OPSET_KEY)
+        atol = exec_properties.get(ATOL_KEY)
+        rtol = exec_properties.get(RTOL_KEY)
+        result = convert.import_model(
+            source, inputs, outputs, model.uri,
+            opset=convert.DEFAULT_OPSET if opset is None else int(opset),
+            atol=convert.DEFAULT_ATOL if atol is None else float(atol),
+            rtol=0.0 if rtol is None else float(rtol),
+            examples_dir=examples_dir, schema=schema)
+        model.set_int_custom_property(BLESSED_PROPERTY, 1 if result.blessed else 0)
+        model.set_string_custom_property(SOURCE_PROPERTY, f"{source.kind}:{source.path}")
+        model.set_float_custom_property(MAX_ABS_ERROR_PROPERTY,
+                                        float(result.report["max_abs_error"]))
+        model.set_string_custom_property(TFX_VERSION_PROPERTY, tfx_version.__version__)
+        logging.info("PyTorchModelImporter: blessed=%s, max abs error %s", result.blessed,
+                     result.report["max_abs_error"])
+        if not result.blessed and exec_properties.get(FAIL_ON_NOT_EQUIVALENT_KEY, 1):
+            raise NotEquivalent(
+                f"The converted SavedModel is not equivalent to {source.path} (report: "
+                f"{os.path.join(model.uri, convert.REPORT_MD)}):\n"
+                + convert.check_table([c for c in result.report["checks"] if not c["ok"]]))
