@@ -110,6 +110,31 @@ class EmbeddingModel(nn.Module):
         return (self.user(user_id) * self.item(item_id)).sum(dim=-1, keepdim=True) + self.bias
 
 
+class CtrMoE(nn.Module):
+    """The demo click-through model over demo_data's features.
+
+    item_id and hour arrive as int32 (the demo contract: tf.Example carries
+    int64, the serving signature casts), price and user_ctr as float32; a
+    top-k mixture of experts scores the click and reports which experts ran.
+    """
+
+    def __init__(self, items: int = 1000, dim: int = 8, experts: int = 4, k: int = 2):
+        super().__init__()
+        self.item = nn.Embedding(items, dim)
+        self.hour = nn.Embedding(24, 4)
+        self.dense = nn.Linear(dim + 4 + 2, 16)
+        self.moe = TopKMoE(dim=16, experts=experts, k=k)
+
+    def forward(self, item_id, hour, price, user_ctr):
+        x = torch.cat([self.item(item_id.long()), self.hour(hour.long()),
+                       (price / 50.0).unsqueeze(-1), user_ctr.unsqueeze(-1)], dim=-1)
+        return self.moe(torch.relu(self.dense(x)))
+
+
+CTR_INPUTS = ["item_id:int32:-1:0..999", "hour:int32:-1:0..23", "price:float32:-1:0..100",
+              "user_ctr:float32:-1:0..0.5"]
+CTR_OUTPUTS = ["score", "experts"]
+
 # name -> (class, constructor kwargs, input specs, output names)
 REFERENCE_MODELS = {
     "mlp": (MLP, {}, ["x:float32:-1,8"], ["logits"]),
