@@ -24,9 +24,15 @@ def test_component_cores_import_without_tfx():
     """Cores take paths and values; importing one must not pull in TFX."""
     import subprocess
     import sys
-    code = ("import sys; import tfx_bridge.components.parquet_example_gen.parquet_to_examples;"
-            "bad = [m for m in sys.modules if m == 'tfx' or m.startswith('tfx.')];"
-            "assert not bad, bad")
+    code = ("import sys\n"
+            "import tfx_bridge.components.parquet_example_gen.parquet_to_examples\n"
+            "import tfx_bridge.components.schema_guard.guard\n"
+            "import tfx_bridge.components.schema_guard.report\n"
+            "import tfx_bridge.components.pytorch_model_importer.convert\n"
+            "bad = [m for m in sys.modules if m == 'tfx' or m.startswith('tfx.')]\n"
+            "assert not bad, bad\n"
+            "heavy = [m for m in ('torch', 'onnx', 'onnx2tf') if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 
@@ -34,3 +40,20 @@ def test_package_is_the_installed_tfx_bridge():
     import tfx_bridge.components.parquet_example_gen.component as c
     assert c.__name__.startswith("tfx_bridge.components.")
     assert tfx_bridge.__version__
+
+
+def test_importer_without_torch_names_the_extra():
+    """Heavy deps are lazy; a missing one says which extra to install."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "sys.modules['torch'] = None  # as if not installed\n"
+            "from tfx_bridge.components.pytorch_model_importer import convert\n"
+            "from tfx_bridge.components.pytorch_model_importer.errors import ImporterError\n"
+            "try:\n"
+            "    convert._torch()\n"
+            "except ImporterError as e:\n"
+            "    assert \"pip install 'tfx-bridge[onnx]'\" in str(e), e\n"
+            "else:\n"
+            "    raise SystemExit('no error')\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
