@@ -62,6 +62,8 @@ setup(
         "numpy>=1.22,<2",
         "protobuf>=3.20.3,<4",
         "psutil>=5",
+        "pyyaml>=5",
+        "matplotlib>=3.7,<3.11",
     ],
     extras_require={
         # The torch/onnx side (PyTorchModelImporter): heavy, so optional.

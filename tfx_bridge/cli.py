@@ -175,6 +175,35 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
             "_exit": EXIT_OK if result.blessed else EXIT_CHECK_FAILED}
 
 
+# --------------------------------------------------------------------------- optimize
+
+
+def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
+    from tfx_bridge.components.trt_optimizer import detect, optimize
+
+    progress = Progress(3, enabled=not args.quiet)
+    found = detect.probe()
+    progress("TensorRT: " + ("available, GPU visible" if found.can_run_tensorrt
+                             else f"not used ({found.why_not()})"))
+    result = optimize.optimize(args.model, args.output, precision=args.precision,
+                               examples_dir=args.examples, atol=args.atol,
+                               topk_threshold=args.topk_threshold,
+                               iterations=args.iterations, probe=found)
+    progress(f"Measured {len(result.report['candidates'])} candidate(s); kept "
+             f"{result.report['candidate']} (backend {result.backend})")
+    with open(os.path.join(args.output, optimize.REPORT_MD)) as f:
+        print(f.read().rstrip())
+    progress("Done")
+    return {"blessed": result.blessed, "backend": result.backend,
+            "precision": result.precision, "requires_gpu": result.requires_gpu,
+            "serving_flags": result.serving_flags,
+            "latency_before_ms": result.report["latency_before_ms"],
+            "latency_after_ms": result.report["latency_after_ms"],
+            "tensorrt_ran": result.report["tensorrt"]["ran"],
+            "output": os.path.abspath(args.output),
+            "_exit": EXIT_OK if result.blessed else EXIT_CHECK_FAILED}
+
+
 # --------------------------------------------------------------------------- demo
 
 
@@ -284,6 +313,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="schema the tf.Example signature must agree with")
     _add_common(imp)
     imp.set_defaults(func=cmd_import_model)
+    opt = sub.add_parser("optimize", help="TrtOptimizer: TF-TRT, or the measured CPU path")
+    opt.add_argument("--model", required=True,
+                     help="a SavedModel folder or a Model artifact folder (Format-Serving/)")
+    opt.add_argument("--output", required=True, help="Model artifact folder for the result")
+    opt.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "int8"])
+    opt.add_argument("--examples", default=None,
+                     help="Examples folder for representative and held-out inputs")
+    opt.add_argument("--atol", type=float, default=1e-4)
+    opt.add_argument("--topk-threshold", type=float, default=1.0,
+                     help="minimum top-k index agreement for integer outputs (1.0 = exact)")
+    opt.add_argument("--iterations", type=int, default=100, help="timed calls per batch size")
+    _add_common(opt)
+    opt.set_defaults(func=cmd_optimize)
     return parser
 
 

@@ -1,0 +1,84 @@
+"""TensorRT and GPU detection that cannot take the caller down.
+
+TF 2.16's ``get_loaded_tensorrt_version()`` (also reached through
+``is_loaded_tensorrt_version_greater_equal``) aborts the whole process when
+libnvinfer is missing, and creating ``TrtGraphConverterV2`` then raises the
+misleading "Tensorflow has not been built with TensorRT support". So the probe
+runs in a subprocess, asks ``is_tensorrt_enabled()`` first, and reports what
+it found as JSON; any crash of the child is a "no" with the reason.
+
+No TFX imports.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from typing import Optional
+
+_PROBE = r"""
+import json, os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+out = {"tensorrt": False, "gpus": 0, "linked": None, "loaded": None, "reason": ""}
+try:
+    import tensorflow as tf
+    from tensorflow.python.compiler.tensorrt import utils as trt_utils
+    from tensorflow.python.compiler.tensorrt import trt_convert
+    out["gpus"] = len(tf.config.list_physical_devices("GPU"))
+    enabled = bool(trt_convert._pywrap_py_utils.is_tensorrt_enabled())
+    out["linked"] = ".".join(map(str, trt_convert._pywrap_py_utils.get_linked_tensorrt_version()))
+    if enabled:
+        # Only safe once is_tensorrt_enabled() said the library is there.
+        loaded = trt_convert._pywrap_py_utils.get_loaded_tensorrt_version()
+        out["loaded"] = ".".join(map(str, loaded))
+        out["tensorrt"] = True
+    else:
+        out["reason"] = ("libnvinfer " + str(out["linked"]) + " not found: TensorFlow is "
+                         "linked against it but it is not installed")
+except Exception as e:
+    out["reason"] = type(e).__name__ + ": " + str(e).splitlines()[0]
+print("TRT_PROBE " + json.dumps(out))
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """What the host can run."""
+
+    tensorrt: bool
+    gpus: int
+    linked_version: Optional[str]
+    loaded_version: Optional[str]
+    reason: str
+
+    @property
+    def can_run_tensorrt(self) -> bool:
+        return self.tensorrt and self.gpus > 0
+
+    def why_not(self) -> str:
+        if self.can_run_tensorrt:
+            return ""
+        if not self.tensorrt:
+            return self.reason or "TensorRT is not available"
+        return "TensorRT is available but no GPU is visible"
+
+
+def probe(timeout_s: int = 300) -> Probe:
+    """Runs the probe in a child process; a crash there is reported, never inherited."""
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
+                              timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return Probe(False, 0, None, None, f"the TensorRT probe timed out after {timeout_s}s")
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("TRT_PROBE ")), None)
+    if proc.returncode != 0 or line is None:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return Probe(False, 0, None, None,
+                     f"the TensorRT probe died (exit {proc.returncode}): {tail}")
+    found = json.loads(line[len("TRT_PROBE "):])
+    return Probe(found["tensorrt"], int(found["gpus"]), found["linked"], found["loaded"],
+                 found["reason"])

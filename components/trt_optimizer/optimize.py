@@ -1,0 +1,524 @@
+"""TrtOptimizer's core: make a SavedModel fast to serve, prove it, never lie about it.
+
+No TFX imports. With TensorRT and a GPU (probed in a subprocess, see
+``detect``): TF-TRT in a child process, engines built ahead, validated with
+native-segment fallback disabled. Without (CPU hosts, CI): candidates are
+built, measured side by side and drift-checked, and the fastest that passes
+is kept, or the original when nothing wins:
+
+  original     the SavedModel as imported
+  xla-cpu      serving_default compiled with XLA (jit_compile)
+  xla-frozen   variables frozen to constants, then XLA (compiles graphs whose
+               shape arguments come from variables, e.g. onnx2tf transposes)
+  frozen       variables frozen to constants, Grappler-optimized, no XLA
+
+TF Serving runs XLA on CPU only with --xla_cpu_compilation_enabled=true, so an
+XLA choice records that flag and keeps ``serving_default_noxla`` beside it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from tfx_bridge.components.trt_optimizer.detect import Probe
+from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError, OptimizerError
+
+SERVING_DIR = "Format-Serving"
+SERVING_SIGNATURE = "serving_default"
+NOXLA_SIGNATURE = "serving_default_noxla"
+EXAMPLE_SIGNATURE = "serving_tf_example"
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+REPORT_PNG = "latency.png"
+IMPORTER_REPORT = "report.json"
+XLA_FLAG = "--xla_cpu_compilation_enabled=true"
+PRECISIONS = ("fp32", "fp16", "int8")
+BACKEND_ORIGINAL = "original"
+BACKEND_TENSORRT = "tensorrt"
+DEFAULT_ATOL = 1e-4
+DEFAULT_BATCHES = (1, 32)
+DEFAULT_OP_DENYLIST = ("TopKV2",)
+
+
+@dataclasses.dataclass
+class Latency:
+    batch: int
+    p50_ms: float
+    p99_ms: float
+
+
+@dataclasses.dataclass
+class Drift:
+    output: str
+    dtype: str
+    max_abs: float
+    max_rel: float
+    mismatches: int
+    topk_agreement: Optional[float]
+    ok: bool
+
+
+@dataclasses.dataclass
+class CandidateResult:
+    name: str
+    backend: str
+    serving_flags: List[str]
+    latency: List[Latency] = dataclasses.field(default_factory=list)
+    drift: List[Drift] = dataclasses.field(default_factory=list)
+    error: Optional[str] = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(d.ok for d in self.drift)
+
+
+@dataclasses.dataclass
+class OptimizeResult:
+    blessed: bool
+    backend: str
+    precision: str
+    requires_gpu: bool
+    serving_flags: List[str]
+    report: dict
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def resolve_saved_model(path: str) -> str:
+    """A SavedModel folder, or a Model artifact folder holding Format-Serving/."""
+    if os.path.exists(os.path.join(path, "saved_model.pb")):
+        return path
+    inner = os.path.join(path, SERVING_DIR)
+    if os.path.exists(os.path.join(inner, "saved_model.pb")):
+        return inner
+    raise OptimizerConfigError(
+        f"{path} is neither a SavedModel (no saved_model.pb) nor a Model artifact folder "
+        f"(no {SERVING_DIR}/saved_model.pb).")
+
+
+def _input_specs(saved_model_dir: str, fn):
+    """The serving inputs as importer TensorSpecs, with value ranges when the importer
+    recorded them (report.json beside Format-Serving), so random inputs stay valid."""
+    from tfx_bridge.components.pytorch_model_importer import signature
+
+    declared = {}
+    report = os.path.join(os.path.dirname(saved_model_dir.rstrip("/")), IMPORTER_REPORT)
+    if os.path.exists(report):
+        with open(report) as f:
+            for text in json.load(f).get("inputs", []):
+                spec = signature.parse_input_spec(text)
+                declared[spec.name] = spec
+    specs = []
+    for name, t in sorted(fn.structured_input_signature[1].items()):
+        if name in declared:
+            specs.append(declared[name])
+            continue
+        dims = tuple(-1 if d is None else int(d) for d in t.shape.as_list())
+        if not dims or dims[0] != -1:
+            dims = (-1,) + dims[1:] if dims else (-1,)
+        specs.append(signature.TensorSpec(name, t.dtype.name, dims))
+    return specs
+
+
+def representative_inputs(specs, batch: int, seed: int, examples_dir: Optional[str] = None
+                          ) -> Dict[str, np.ndarray]:
+    """From Examples when given (tiled to ``batch``), else random within range."""
+    from tfx_bridge.components.pytorch_model_importer import convert
+
+    if examples_dir:
+        real = convert.inputs_from_examples(examples_dir, specs, max(batch, 64))
+        if real is not None and len(next(iter(real.values()))):
+            n = len(next(iter(real.values())))
+            rows = (np.arange(batch) + seed * 7) % n
+            return {k: v[rows] for k, v in real.items()}
+    return convert.make_inputs(specs, batch, seed=seed)
+
+
+# --------------------------------------------------------------------------- measure
+
+
+def measure(fn: Callable, feeds: Dict, iterations: int, warmup: int = 10) -> Latency:
+    """p50/p99 of wall time per call, after warm-up (XLA compiles in the warm-up)."""
+    for _ in range(warmup):
+        fn(**feeds)
+    times = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        fn(**feeds)
+        times.append(time.perf_counter() - start)
+    batch = int(next(iter(feeds.values())).shape[0])
+    return Latency(batch, float(np.percentile(times, 50) * 1e3),
+                   float(np.percentile(times, 99) * 1e3))
+
+
+def _topk_agreement(ref: np.ndarray, got: np.ndarray) -> float:
+    """Fraction of rows whose index sets agree (order-free), for [B, k] index outputs."""
+    if ref.ndim != 2 or ref.shape != got.shape:
+        return float(np.mean(ref == got)) if ref.shape == got.shape else 0.0
+    return float(np.mean([set(a) == set(b) for a, b in zip(ref.tolist(), got.tolist(),
+                                                           strict=True)]))
+
+
+def drift(reference: Dict[str, np.ndarray], candidate: Dict[str, np.ndarray], atol: float,
+          rtol: float, topk_threshold: float) -> List[Drift]:
+    """Per output: max abs/rel error; integer outputs exact, or top-k set agreement
+    >= ``topk_threshold`` when that is below 1."""
+    out = []
+    for name in sorted(reference):
+        r, g = np.asarray(reference[name]), np.asarray(candidate.get(name))
+        if g.shape != r.shape:
+            out.append(Drift(name, str(r.dtype), float("inf"), float("inf"), int(r.size), None,
+                             False))
+            continue
+        if np.issubdtype(r.dtype, np.integer) or r.dtype == bool:
+            bad = int(np.count_nonzero(r != g))
+            agreement = _topk_agreement(r, g)
+            ok = bad == 0 or (topk_threshold < 1.0 and agreement >= topk_threshold)
+            diff = np.abs(r.astype(np.int64) - g.astype(np.int64))
+            out.append(Drift(name, str(r.dtype), float(diff.max(initial=0)), 0.0, bad,
+                             agreement, ok))
+            continue
+        rf, gf = r.astype(np.float64), g.astype(np.float64)
+        diff = np.abs(rf - gf)
+        diff[np.isnan(rf) & np.isnan(gf)] = 0.0
+        rel = diff / np.maximum(np.abs(rf), 1e-12)
+        bad = int(np.count_nonzero(~(diff <= atol + rtol * np.abs(rf))))
+        out.append(Drift(name, str(r.dtype), float(diff.max(initial=0)),
+                         float(rel.max(initial=0)), bad, None, bad == 0))
+    return out
+
+
+def _call(fn, feeds) -> Dict[str, np.ndarray]:
+    import tensorflow as tf
+    result = fn(**{k: tf.constant(v) for k, v in feeds.items()})
+    return {k: v.numpy() for k, v in result.items()}
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+def _frozen(fn):
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+    return convert_variables_to_constants_v2(fn)
+
+
+def build_cpu_candidate(name: str, loaded, out_dir: str) -> List[str]:
+    """Saves candidate ``name`` built from ``loaded`` into ``out_dir``; returns serving flags."""
+    import tensorflow as tf
+
+    fn = loaded.signatures[SERVING_SIGNATURE]
+    specs = fn.structured_input_signature[1]
+    names = sorted(specs)
+    input_signature = [tf.TensorSpec(specs[n].shape, specs[n].dtype, name=n) for n in names]
+    frozen = None if name == "xla-cpu" else _frozen(fn)
+    module = tf.Module()
+    module.loaded = loaded
+
+    def plain(*args):
+        feeds = dict(zip(names, args, strict=True))
+        if frozen is None:
+            return fn(**feeds)
+        # A frozen function returns a flat list in tf.nest order; restore the names.
+        return tf.nest.pack_sequence_as(fn.structured_outputs, frozen(**feeds))
+
+    serve = tf.function(plain, input_signature=input_signature,
+                        jit_compile=name in ("xla-cpu", "xla-frozen"))
+    signatures = {SERVING_SIGNATURE: serve.get_concrete_function()}
+    flags = []
+    if name in ("xla-cpu", "xla-frozen"):
+        noxla = tf.function(plain, input_signature=input_signature)
+        signatures[NOXLA_SIGNATURE] = noxla.get_concrete_function()
+        module.noxla = noxla
+        flags.append(XLA_FLAG)
+    if EXAMPLE_SIGNATURE in loaded.signatures:
+        example_fn = loaded.signatures[EXAMPLE_SIGNATURE]
+        ex_specs = example_fn.structured_input_signature[1]
+        ex_names = sorted(ex_specs)
+        examples = tf.function(
+            lambda *args: example_fn(**dict(zip(ex_names, args, strict=True))),
+            input_signature=[tf.TensorSpec(ex_specs[n].shape, ex_specs[n].dtype, name=n)
+                             for n in ex_names])
+        signatures[EXAMPLE_SIGNATURE] = examples.get_concrete_function()
+        module.examples = examples
+    module.serve = serve
+    tf.saved_model.save(module, out_dir, signatures=signatures)
+    return flags
+
+
+CPU_CANDIDATES = ("xla-cpu", "xla-frozen", "frozen")
+_BACKEND = {"xla-cpu": "xla-cpu", "xla-frozen": "xla-cpu", "frozen": "grappler-cpu"}
+
+
+# --------------------------------------------------------------------------- optimize
+
+
+def optimize(model_path: str, output_dir: str, precision: str = "fp32",
+             examples_dir: Optional[str] = None, atol: float = DEFAULT_ATOL, rtol: float = 0.0,
+             topk_threshold: float = 1.0, iterations: int = 100,
+             batches: Sequence[int] = DEFAULT_BATCHES, probe: Optional[Probe] = None,
+             op_denylist: Sequence[str] = DEFAULT_OP_DENYLIST,
+             extra_candidates: Optional[Dict[str, Callable]] = None,
+             trt_options: Optional[dict] = None) -> OptimizeResult:
+    """Optimizes ``model_path`` into ``output_dir`` (the Model artifact layout).
+
+    ``extra_candidates`` maps a name to ``builder(loaded, out_dir) -> flags``
+    (tests use it to offer a deliberately perturbed variant to the drift gate).
+    """
+    import tensorflow as tf
+
+    from tfx_bridge.components.trt_optimizer import detect
+
+    if precision not in PRECISIONS:
+        raise OptimizerConfigError(f"precision {precision!r}: use one of {PRECISIONS}.")
+    if not 0.0 < topk_threshold <= 1.0:
+        raise OptimizerConfigError(f"topk_threshold must be in (0, 1], got {topk_threshold}.")
+    source = resolve_saved_model(model_path)
+    probe = probe or detect.probe()
+    start = time.perf_counter()
+    original = tf.saved_model.load(source)
+    fn = original.signatures[SERVING_SIGNATURE]
+    specs = _input_specs(source, fn)
+    bench_feeds = {b: representative_inputs(specs, b, seed=1, examples_dir=examples_dir)
+                   for b in batches}
+    held_out = {b: representative_inputs(specs, b, seed=2, examples_dir=examples_dir)
+                for b in batches}
+    reference = {b: _call(fn, held_out[b]) for b in batches}
+
+    serving_dir = os.path.join(output_dir, SERVING_DIR)
+    if os.path.exists(serving_dir):
+        shutil.rmtree(serving_dir)
+    os.makedirs(output_dir, exist_ok=True)
+    results: List[CandidateResult] = []
+    base = CandidateResult("original", BACKEND_ORIGINAL, [])
+    base.latency = [measure(fn, {k: tf.constant(v) for k, v in bench_feeds[b].items()},
+                            iterations) for b in batches]
+    base.drift = drift(reference[batches[0]], reference[batches[0]], atol, rtol, topk_threshold)
+    results.append(base)
+
+    with tempfile.TemporaryDirectory(prefix="tfx-bridge-optimize-") as work:
+        if probe.can_run_tensorrt:
+            builders = {BACKEND_TENSORRT: lambda loaded, out: convert_tensorrt(
+                source, out, precision, bench_feeds, op_denylist, trt_options or {})}
+        else:
+            if precision != "fp32":
+                raise OptimizerConfigError(
+                    f"precision {precision} needs TensorRT, which cannot run here "
+                    f"({probe.why_not()}); use --precision fp32 on this host.")
+            builders = {name: (lambda loaded, out, name=name: build_cpu_candidate(
+                name, loaded, out)) for name in CPU_CANDIDATES}
+        builders.update(extra_candidates or {})
+        folders = {}
+        for name, builder in builders.items():
+            out = os.path.join(work, name)
+            result = CandidateResult(name, _BACKEND.get(name, name), [])
+            try:
+                result.serving_flags = list(builder(original, out))
+                candidate = tf.saved_model.load(out).signatures[SERVING_SIGNATURE]
+                result.latency = [measure(candidate, {k: tf.constant(v) for k, v in
+                                                      bench_feeds[b].items()}, iterations)
+                                  for b in batches]
+                for b in batches:
+                    result.drift += drift(reference[b], _call(candidate, held_out[b]), atol,
+                                          rtol, topk_threshold)
+                folders[name] = out
+            except Exception as e:  # a candidate that does not build is reported, not fatal
+                result.error = _short_error(e)
+            results.append(result)
+
+        chosen = choose(results, trt=probe.can_run_tensorrt)
+        if chosen.name == "original":
+            shutil.copytree(source, serving_dir)
+        else:
+            shutil.copytree(folders[chosen.name], serving_dir)
+    blessed = chosen.passed
+    if probe.can_run_tensorrt and chosen.name != BACKEND_TENSORRT:
+        blessed = False  # TensorRT was asked for by the host and did not pass: say so
+    report = build_report(results, chosen, probe, precision, batches, atol, rtol,
+                          topk_threshold, time.perf_counter() - start, blessed)
+    write_report(output_dir, report, results)
+    return OptimizeResult(blessed, chosen.backend, precision if chosen.backend ==
+                          BACKEND_TENSORRT else "fp32", chosen.backend == BACKEND_TENSORRT,
+                          chosen.serving_flags, report)
+
+
+def _short_error(e: Exception) -> str:
+    """The informative line of a TF error (the first is often 'Graph execution error:')."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(("Graph execution error", "Detected at",
+                                                          "File ", "  "))]
+    return f"{type(e).__name__}: {(useful or lines or [''])[0][:300]}"
+
+
+def choose(results: List[CandidateResult], trt: bool) -> CandidateResult:
+    """The fastest candidate that passed drift (mean of p50 ratios over batches),
+    or the original when none is faster. On a TensorRT host the TRT build is
+    the candidate (it is validated, and failing it is reported, not hidden)."""
+    base = results[0]
+    if trt:
+        trt_result = next((r for r in results if r.backend == BACKEND_TENSORRT), None)
+        if trt_result is not None and trt_result.error is None:
+            return trt_result
+        return base
+    best, best_score = base, 1.0
+    for r in results[1:]:
+        if not r.passed:
+            continue
+        score = float(np.mean([c.p50_ms / o.p50_ms for c, o in
+                               zip(r.latency, base.latency, strict=True)]))
+        if score < best_score:
+            best, best_score = r, score
+    return best
+
+
+# --------------------------------------------------------------------------- TensorRT
+
+_TRT_WORKER = r"""
+import json, os, sys
+spec = json.loads(sys.argv[1])
+os.environ["TF_TRT_OP_DENYLIST"] = ",".join(spec["op_denylist"])
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.compiler.tensorrt import trt_convert as trt
+feeds = {int(b): {k: np.asarray(v, dtype=spec["dtypes"][k]) for k, v in f.items()}
+         for b, f in spec["feeds"].items()}
+params = trt.TrtConversionParams(
+    precision_mode=spec["precision"].upper(),
+    max_workspace_size_bytes=int(spec["workspace_bytes"]),
+    minimum_segment_size=int(spec["minimum_segment_size"]),
+    maximum_cached_engines=int(spec["maximum_cached_engines"]),
+    use_calibration=spec["precision"] == "int8")
+converter = trt.TrtGraphConverterV2(input_saved_model_dir=spec["source"],
+                                    input_saved_model_signature_key="serving_default",
+                                    conversion_params=params, use_dynamic_shape=True,
+                                    dynamic_shape_profile_strategy="Range")
+names = sorted(spec["dtypes"])
+def batches():
+    for b in sorted(feeds):
+        yield tuple(tf.constant(feeds[b][n]) for n in names)
+converter.convert(calibration_input_fn=batches if spec["precision"] == "int8" else None)
+converter.build(input_fn=batches)  # engines built ahead, not on the first request
+converter.save(spec["out"])
+import contextlib, io
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    converter.summary()
+print("TRT_SUMMARY " + json.dumps(buf.getvalue()))
+"""
+
+
+def convert_tensorrt(source: str, out: str, precision: str, feeds: Dict[int, Dict],
+                     op_denylist: Sequence[str], options: dict) -> List[str]:
+    """TF-TRT in a child process (a crash there cannot take the executor down)."""
+    spec = {
+        "source": source, "out": out, "precision": precision,
+        "op_denylist": list(op_denylist),
+        "workspace_bytes": options.get("workspace_bytes", 1 << 30),
+        "minimum_segment_size": options.get("minimum_segment_size", 3),
+        "maximum_cached_engines": options.get("maximum_cached_engines", 1),
+        "feeds": {str(b): {k: v.tolist() for k, v in f.items()} for b, f in feeds.items()},
+        "dtypes": {k: str(v.dtype) for k, v in next(iter(feeds.values())).items()},
+    }
+    proc = subprocess.run([sys.executable, "-c", _TRT_WORKER, json.dumps(spec)],
+                          capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise OptimizerError(f"TF-TRT conversion failed (exit {proc.returncode}): {tail}")
+    summary = next((json.loads(ln[len("TRT_SUMMARY "):]) for ln in proc.stdout.splitlines()
+                    if ln.startswith("TRT_SUMMARY ")), "")
+    with open(os.path.join(out, "trt_summary.txt"), "w") as f:
+        f.write(summary)
+    # Validation runs with native-segment fallback off, so a drift check proves
+    # the engines ran rather than TF's own kernels.
+    os.environ["TF_TRT_ALLOW_ENGINE_NATIVE_SEGMENT_EXECUTION"] = "False"
+    return []
+
+
+# --------------------------------------------------------------------------- report
+
+
+def build_report(results, chosen, probe: Probe, precision, batches, atol, rtol, topk,
+                 seconds, blessed) -> dict:
+    base = results[0]
+    before = {f"p50_ms_batch_{lat.batch}": round(lat.p50_ms, 4) for lat in base.latency}
+    after = {f"p50_ms_batch_{lat.batch}": round(lat.p50_ms, 4) for lat in chosen.latency}
+    return {
+        "blessed": blessed,
+        "backend": chosen.backend,
+        "candidate": chosen.name,
+        "precision": precision if chosen.backend == BACKEND_TENSORRT else "fp32",
+        "requires_gpu": chosen.backend == BACKEND_TENSORRT,
+        "serving_flags": chosen.serving_flags,
+        "tensorrt": {"ran": chosen.backend == BACKEND_TENSORRT,
+                     "available": probe.tensorrt, "gpus": probe.gpus,
+                     "linked_version": probe.linked_version,
+                     "why_not": probe.why_not() or None},
+        "latency_before_ms": before,
+        "latency_after_ms": after,
+        "tolerance": {"atol": atol, "rtol": rtol, "topk_agreement": topk},
+        "batches": list(batches),
+        "seconds": round(seconds, 2),
+        "candidates": [dataclasses.asdict(r) | {"passed": r.passed} for r in results],
+    }
+
+
+def write_report(output_dir: str, report: dict, results: List[CandidateResult]) -> None:
+    with open(os.path.join(output_dir, REPORT_JSON), "w") as f:
+        json.dump(report, f, indent=2, sort_keys=True)
+    lines = ["# TrtOptimizer report", "",
+             f"Result: **{'blessed' if report['blessed'] else 'NOT blessed'}**, backend "
+             f"**{report['backend']}** (candidate {report['candidate']}), precision "
+             f"{report['precision']}", ""]
+    if not report["tensorrt"]["ran"]:
+        lines += [f"TensorRT did not run: {report['tensorrt']['why_not']}.", ""]
+    if report["serving_flags"]:
+        lines += [f"TF Serving needs: `{' '.join(report['serving_flags'])}` "
+                  f"(`{NOXLA_SIGNATURE}` is kept for servers without it).", ""]
+    lines += ["| candidate | backend | " + " | ".join(
+        f"p50 b{b} ms | p99 b{b} ms" for b in report["batches"]) + " | drift ok | note |",
+        "|---|---|" + "---|---|" * len(report["batches"]) + "---|---|"]
+    for r in results:
+        lat = " | ".join(f"{x.p50_ms:.3f} | {x.p99_ms:.3f}" for x in r.latency) or " | ".join(
+            ["-", "-"] * len(report["batches"]))
+        worst = max((d.max_abs for d in r.drift), default=0.0)
+        note = r.error or (f"max abs {worst:.3g}" if r.drift else "")
+        lines.append(f"| {r.name} | {r.backend} | {lat} | {'yes' if r.passed else 'NO'} | "
+                     f"{note} |")
+    with open(os.path.join(output_dir, REPORT_MD), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    _plot(os.path.join(output_dir, REPORT_PNG), results, report["batches"])
+
+
+def _plot(path: str, results: List[CandidateResult], batches) -> None:
+    """A small bar chart of p50 latency per candidate and batch size."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in results if r.latency]
+    fig, ax = plt.subplots(figsize=(6, 3), dpi=100)
+    width = 0.8 / max(1, len(batches))
+    for i, b in enumerate(batches):
+        xs = [j + i * width for j in range(len(shown))]
+        ax.bar(xs, [r.latency[i].p50_ms for r in shown], width, label=f"batch {b}")
+    ax.set_xticks([j + width * (len(batches) - 1) / 2 for j in range(len(shown))])
+    ax.set_xticklabels([r.name + ("" if r.passed else " (drift)") for r in shown], fontsize=8)
+    ax.set_ylabel("p50 ms")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+__all__ = ["optimize", "choose", "drift", "measure"]

@@ -1,0 +1,141 @@
+"""TrtOptimizer: TensorRT detection, the CPU path end to end, the drift gate, the CLI."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
+
+import tensorflow as tf  # noqa: E402
+
+from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
+from tfx_bridge.components.trt_optimizer import detect, optimize  # noqa: E402
+from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError  # noqa: E402
+from tfx_bridge.pipelines import demo_models  # noqa: E402
+
+PROBE = detect.probe()
+
+
+@pytest.fixture(scope="module")
+def imported_moe(tmp_path_factory):
+    """The top-k MoE imported once: a Model artifact folder."""
+    folder = tmp_path_factory.mktemp("moe")
+    weights = str(folder / "moe.pt")
+    torch.save(demo_models.build("moe").state_dict(), weights)
+    _, _, inputs, outputs = demo_models.REFERENCE_MODELS["moe"]
+    result = convert.import_model(
+        convert.ModelSource("state_dict", weights, "tfx_bridge.pipelines.demo_models:TopKMoE"),
+        signature.parse_input_specs(inputs), outputs, str(folder / "model"))
+    assert result.blessed
+    return str(folder / "model")
+
+
+def _perturbed(loaded, out):
+    """A fast variant that is wrong: XLA over frozen weights, scores nudged by 1e-3."""
+    flags = optimize.build_cpu_candidate("xla-frozen", loaded, out + "_inner")
+    inner = tf.saved_model.load(out + "_inner")
+    fn = inner.signatures["serving_default"]
+    specs = fn.structured_input_signature[1]
+    names = sorted(specs)
+    module = tf.Module()
+    module.inner = inner
+
+    @tf.function(input_signature=[tf.TensorSpec(specs[n].shape, specs[n].dtype, name=n)
+                                  for n in names], jit_compile=True)
+    def serve(*args):
+        out = fn(**dict(zip(names, args, strict=True)))
+        return {k: (v + 1e-3 if v.dtype.is_floating else v) for k, v in out.items()}
+
+    module.serve = serve
+    tf.saved_model.save(module, out, signatures={"serving_default": serve.get_concrete_function()})
+    return flags
+
+
+def test_probe_without_tensorrt_reports_reason_and_survives():
+    """get_loaded_tensorrt_version() would abort this process; the probe runs it nowhere
+    unsafe and says why TensorRT is out."""
+    assert isinstance(PROBE, detect.Probe)
+    if not PROBE.tensorrt:
+        assert "libnvinfer" in PROBE.why_not() or "probe" in PROBE.why_not()
+        assert PROBE.linked_version in (None, "8.6.1")
+    assert not PROBE.can_run_tensorrt or PROBE.gpus > 0
+
+
+@pytest.mark.slow
+def test_cpu_path_end_to_end_rejects_perturbed_candidate(imported_moe, tmp_path):
+    out = str(tmp_path / "opt")
+    result = optimize.optimize(imported_moe, out, iterations=30,
+                               extra_candidates={"perturbed": _perturbed})
+    report = result.report
+    by_name = {c["name"]: c for c in report["candidates"]}
+    assert by_name["perturbed"]["passed"] is False  # the drift gate rejected it
+    bad = [d for d in by_name["perturbed"]["drift"] if not d["ok"]]
+    assert bad and all(d["output"] == "score" for d in bad)
+    assert report["candidate"] != "perturbed" and result.blessed
+    assert report["tensorrt"]["ran"] is False and result.backend != "tensorrt"
+    assert result.requires_gpu is False
+    if result.backend == "xla-cpu":
+        assert result.serving_flags == [optimize.XLA_FLAG]
+        sigs = tf.saved_model.load(os.path.join(out, "Format-Serving")).signatures
+        assert {"serving_default", "serving_default_noxla", "serving_tf_example"} <= set(sigs)
+    for name in (optimize.REPORT_JSON, optimize.REPORT_MD, optimize.REPORT_PNG):
+        assert os.path.getsize(os.path.join(out, name)) > 0
+    # The kept model still computes what the original computed, experts exactly.
+    x = np.random.default_rng(9).uniform(-1, 1, (32, 16)).astype(np.float32)
+    orig = tf.saved_model.load(os.path.join(imported_moe, "Format-Serving"))
+    new = tf.saved_model.load(os.path.join(out, "Format-Serving"))
+    a = orig.signatures["serving_default"](x=tf.constant(x))
+    b = new.signatures["serving_default"](x=tf.constant(x))
+    np.testing.assert_array_equal(a["experts"].numpy(), b["experts"].numpy())
+    np.testing.assert_allclose(a["score"].numpy(), b["score"].numpy(), atol=1e-5)
+
+
+def test_drift_integer_outputs_exact_or_topk_threshold():
+    ref = {"experts": np.array([[0, 1], [2, 3]]), "score": np.array([0.5, 0.25], np.float32)}
+    swapped = {"experts": np.array([[1, 0], [2, 3]]), "score": ref["score"]}
+    exact = optimize.drift(ref, swapped, 1e-4, 0.0, 1.0)
+    assert [d.ok for d in exact if d.output == "experts"] == [False]
+    relaxed = optimize.drift(ref, swapped, 1e-4, 0.0, 0.99)
+    experts = next(d for d in relaxed if d.output == "experts")
+    assert experts.ok and experts.topk_agreement == 1.0  # same sets, other order
+    off = optimize.drift(ref, {"experts": ref["experts"], "score": ref["score"] + 1e-3},
+                         1e-4, 0.0, 1.0)
+    assert [d.ok for d in off if d.output == "score"] == [False]
+
+
+def test_optimize_fp16_without_tensorrt_refused(imported_moe, tmp_path):
+    if PROBE.can_run_tensorrt:
+        pytest.skip("this host has TensorRT: fp16 is allowed here")
+    with pytest.raises(OptimizerConfigError, match=r"precision fp16 needs TensorRT"):
+        optimize.optimize(imported_moe, str(tmp_path / "o"), precision="fp16", probe=PROBE)
+
+
+@pytest.mark.gpu
+@pytest.mark.tensorrt
+@pytest.mark.skipif(not PROBE.can_run_tensorrt,
+                    reason=f"TensorRT cannot run here: {PROBE.why_not()}")
+def test_tensorrt_fp16_conversion_runs_engines(imported_moe, tmp_path):
+    out = str(tmp_path / "trt")
+    result = optimize.optimize(imported_moe, out, precision="fp16", iterations=30,
+                               probe=PROBE, topk_threshold=0.95, atol=1e-2)
+    assert result.backend == "tensorrt" and result.requires_gpu
+    assert result.report["tensorrt"]["ran"] is True
+    assert os.path.exists(os.path.join(out, "Format-Serving", "trt_summary.txt"))
+
+
+@pytest.mark.slow
+def test_cli_optimize_json_reports_backend(imported_moe, tmp_path):
+    exe = os.path.join(os.path.dirname(sys.executable), "tfx-bridge")
+    proc = subprocess.run([exe, "optimize", "--model", imported_moe, "--output",
+                           str(tmp_path / "o"), "--iterations", "20", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["backend"] in ("original", "xla-cpu", "grappler-cpu")
+    assert summary["tensorrt_ran"] is False and summary["requires_gpu"] is False
+    assert "TensorRT: not used" in proc.stderr
