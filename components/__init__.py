@@ -11,6 +11,7 @@ _EXPORTS = {
     "SchemaGuard": "tfx_bridge.components.schema_guard",
     "PyTorchModelImporter": "tfx_bridge.components.pytorch_model_importer",
     "TrtOptimizer": "tfx_bridge.components.trt_optimizer",
+    "ServingPusher": "tfx_bridge.components.serving_pusher",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,99 @@
+"""ServingPusher executor: gather blessings, run the core, record the PushedModel."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from absl import logging
+from tfx import types
+from tfx.dsl.components.base import base_executor
+from tfx.types import artifact_utils
+from tfx.utils import path_utils
+
+from tfx_bridge.components.serving_pusher import serving
+
+MODEL_KEY = "model"
+IMPORTED_MODEL_KEY = "imported_model"
+SCHEMA_GUARD_KEY = "schema_guard"
+MODEL_BLESSING_KEY = "model_blessing"
+INFRA_BLESSING_KEY = "infra_blessing"
+EXAMPLES_KEY = "examples"
+PUSHED_MODEL_KEY = "pushed_model"
+BASE_PATH_KEY = "base_path"
+MODEL_NAME_KEY = "model_name"
+LABEL_KEY = "label"
+TARGET_KEY = "target"
+ALLOW_CONTRACT_CHANGE_KEY = "allow_contract_change"
+KEEP_VERSIONS_KEY = "keep_versions"
+WARMUP_RECORDS_KEY = "warmup_records"
+BATCHING_KEY = "batching_parameters"
+# The stock PushedModel properties, and ours.
+PUSHED_PROPERTY = "pushed"
+PUSHED_DESTINATION_PROPERTY = "pushed_destination"
+PUSHED_VERSION_PROPERTY = "pushed_version"
+REASON_PROPERTY = "push_reason"
+BLESSED_PROPERTY = "blessed"
+REPORT_FILE = "push.json"
+
+
+def _blessed(artifacts: Optional[List[types.Artifact]]) -> Optional[int]:
+    """``blessed`` of a supplied gate artifact; 0 when it carries none (fail closed)."""
+    if not artifacts:
+        return None
+    artifact = artifacts[0]
+    if artifact.has_custom_property(BLESSED_PROPERTY):
+        return int(artifact.get_int_custom_property(BLESSED_PROPERTY))
+    return 0
+
+
+def _prop(artifact, key, default):
+    return artifact.get_custom_property(key) if artifact.has_custom_property(key) else default
+
+
+class Executor(base_executor.BaseExecutor):
+    """Pushes only when every supplied gate is blessed; records why not otherwise."""
+
+    def Do(self, input_dict: Dict[str, List[types.Artifact]],
+           output_dict: Dict[str, List[types.Artifact]],
+           exec_properties: Dict[str, Any]) -> None:
+        self._log_startup(input_dict, output_dict, exec_properties)
+        model = artifact_utils.get_single_instance(input_dict[MODEL_KEY])
+        pushed = artifact_utils.get_single_instance(output_dict[PUSHED_MODEL_KEY])
+        blessings = {
+            "the model (optimizer drift / importer equivalence)":
+                int(model.get_int_custom_property(BLESSED_PROPERTY))
+                if model.has_custom_property(BLESSED_PROPERTY) else None,
+            "the importer (equivalence)": _blessed(input_dict.get(IMPORTED_MODEL_KEY)),
+            "SchemaGuard": _blessed(input_dict.get(SCHEMA_GUARD_KEY)),
+            "Evaluator (ModelBlessing)": _blessed(input_dict.get(MODEL_BLESSING_KEY)),
+            "InfraValidator (InfraBlessing)": _blessed(input_dict.get(INFRA_BLESSING_KEY)),
+        }
+        blessings = {k: v for k, v in blessings.items() if v is not None}
+        flags = str(_prop(model, "serving_flags", "")).split()
+        examples = (artifact_utils.get_single_uri(input_dict[EXAMPLES_KEY])
+                    if input_dict.get(EXAMPLES_KEY) else None)
+        batching = exec_properties.get(BATCHING_KEY)
+        result = serving.push(
+            path_utils.serving_model_path(model.uri, path_utils.is_old_model_artifact(model)),
+            exec_properties[BASE_PATH_KEY], exec_properties[MODEL_NAME_KEY],
+            label=exec_properties.get(LABEL_KEY) or "stable",
+            target=exec_properties.get(TARGET_KEY) or "cpu",
+            requires_gpu=bool(int(_prop(model, "requires_gpu", 0))), serving_flags=flags,
+            examples_dir=examples,
+            allow_contract_change=bool(exec_properties.get(ALLOW_CONTRACT_CHANGE_KEY) or 0),
+            keep_versions=int(exec_properties.get(KEEP_VERSIONS_KEY) or 5),
+            warmup_records=int(exec_properties.get(WARMUP_RECORDS_KEY) or 10),
+            blessings=blessings,
+            batching_overrides=None if batching is None else json.loads(batching))
+        pushed.set_int_custom_property(PUSHED_PROPERTY, 1 if result.pushed else 0)
+        pushed.set_string_custom_property(REASON_PROPERTY, result.reason)
+        if result.pushed:
+            pushed.set_string_custom_property(PUSHED_DESTINATION_PROPERTY, result.destination)
+            pushed.set_string_custom_property(PUSHED_VERSION_PROPERTY, str(result.version))
+        os.makedirs(pushed.uri, exist_ok=True)
+        with open(os.path.join(pushed.uri, REPORT_FILE), "w") as f:
+            json.dump({"pushed": result.pushed, "version": result.version,
+                       "destination": result.destination, "reason": result.reason,
+                       "blessings": blessings, **result.details}, f, indent=2, default=str)
+        logging.info("ServingPusher: %s", result.reason)
