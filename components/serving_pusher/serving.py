@@ -117,6 +117,32 @@ def inspect_model(saved_model_dir: str, warmup_file: str = "") -> dict:
     return json.loads(line[len("INSPECT "):])
 
 
+def serving_signature(saved_model_dir: str, name: str = "serving_default") -> dict:
+    """A signature's inputs/outputs read from saved_model.pb (no graph is loaded)."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = os.path.join(saved_model_dir, "saved_model.pb")
+    try:
+        with open(path, "rb") as f:
+            model = saved_model_pb2.SavedModel.FromString(f.read())
+    except Exception as e:
+        raise PushRefused(f"{path} is missing or not a SavedModel ({e}).") from e
+    sigs = {}
+    for graph in model.meta_graphs:
+        sigs.update(graph.signature_def)
+    if name not in sigs:
+        raise PushRefused(f"{saved_model_dir} has no {name} signature; it has {sorted(sigs)}.")
+
+    def spec(info):
+        shape = (None if info.tensor_shape.unknown_rank else
+                 [None if d.size < 0 else int(d.size) for d in info.tensor_shape.dim])
+        return {"dtype": tf.dtypes.as_dtype(info.dtype).name, "shape": shape}
+
+    return {"inputs": {k: spec(v) for k, v in sigs[name].inputs.items()},
+            "outputs": {k: spec(v) for k, v in sigs[name].outputs.items()}}
+
+
 # --------------------------------------------------------------------------- checks
 
 
@@ -611,17 +637,13 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
                           f"not blessed by {', '.join(unblessed)}; nothing pushed", {})
     try:
         check_target(target, requires_gpu, serving_flags)
-        info = inspect_model(saved_model_dir)
-        if "serving_default" not in info["signatures"]:
-            raise PushRefused(f"{saved_model_dir} has no serving_default signature; it has "
-                              f"{sorted(info['signatures'])}.")
-        new_sig = info["signatures"]["serving_default"]
+        new_sig = serving_signature(saved_model_dir)
         model_root = os.path.join(base_path, model_name)
         state = State.load(model_root)
         served = state.labels.get("stable") or (versions(model_root) or [None])[-1]
         if served is not None and not allow_contract_change:
-            old = inspect_model(os.path.join(model_root, str(served)))["signatures"]
-            problems = contract_changes(old["serving_default"], new_sig)
+            problems = contract_changes(
+                serving_signature(os.path.join(model_root, str(served))), new_sig)
             if problems:
                 raise PushRefused(
                     f"The contract of {model_name} version {served} would break: "
@@ -632,6 +654,7 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
             count = write_warmup(warmup, model_name, new_sig,
                                  synthesize_feeds(new_sig, warmup_records,
                                                   examples_dir=examples_dir))
+            # One fresh process: the model loads, and the warmup requests run through it.
             replay = inspect_model(saved_model_dir, warmup)["warmup"]
             with push_lock(model_root):
                 clean_stale_staging(model_root)

@@ -1,0 +1,249 @@
+"""ServingPusher's core: atomic versions under SIGKILL, concurrency, contracts, configs."""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow_serving.apis import prediction_log_pb2
+from tensorflow_serving.config import model_server_config_pb2
+
+from tfx_bridge.components.serving_pusher import serving
+from tfx_bridge.components.serving_pusher.errors import PusherConfigError, PushRefused
+
+
+def _save_model(path: str, input_name: str = "x", dtype=tf.float32, scale: float = 2.0,
+                asset_mb: int = 0) -> str:
+    class M(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(scale)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], dtype, name=input_name)])
+        def serve(self, x):
+            return {"score": tf.reduce_sum(tf.cast(x, tf.float32), axis=1) * self.w}
+
+    m = M()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
+    if asset_mb:
+        with open(os.path.join(path, "assets", "blob.bin"), "wb") as f:
+            f.write(np.random.default_rng(0).bytes(asset_mb << 20))
+    return path
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {
+        "a": _save_model(str(root / "a")),
+        "b": _save_model(str(root / "b"), scale=3.0),
+        "renamed": _save_model(str(root / "renamed"), input_name="features"),
+        "int": _save_model(str(root / "int"), dtype=tf.int64),
+        "big": _save_model(str(root / "big"), asset_mb=16),
+    }
+
+
+def _md5(path):
+    with open(path, "rb") as f:
+        return hashlib.md5(f.read()).hexdigest()
+
+
+def _complete(version_dir: str, source: str) -> bool:
+    """Every file of the source is there with the same bytes."""
+    for root, _, files in os.walk(source):
+        for name in files:
+            rel = os.path.relpath(os.path.join(root, name), source)
+            target = os.path.join(version_dir, rel)
+            if not os.path.exists(target) or os.path.getsize(target) != os.path.getsize(
+                    os.path.join(source, rel)):
+                return False
+    return os.path.exists(os.path.join(version_dir, serving.WARMUP_DIR, serving.WARMUP_FILE))
+
+
+def test_push_writes_version_warmup_and_configs(models, tmp_path):
+    base = str(tmp_path / "serving")
+    result = serving.push(models["a"], base, "ctr", warmup_records=5)
+    assert result.pushed and result.version == 1
+    version_dir = os.path.join(base, "ctr", "1")
+    assert _complete(version_dir, models["a"])
+    warmup = os.path.join(version_dir, serving.WARMUP_DIR, serving.WARMUP_FILE)
+    logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy())
+            for r in tf.data.TFRecordDataset(warmup)]
+    assert len(logs) == 5 and logs[0].predict_log.request.model_spec.name == "ctr"
+    assert set(logs[0].predict_log.request.inputs) == {"x"}
+    assert result.details["warmup"]["requests"] == 5  # replayed through the loaded model
+    config = text_format.Parse(open(os.path.join(base, serving.MODELS_CONFIG)).read(),
+                               model_server_config_pb2.ModelServerConfig())
+    entry = config.model_config_list.config[0]
+    assert entry.name == "ctr" and entry.model_platform == "tensorflow"
+    assert dict(entry.version_labels) == {"stable": 1}
+    assert list(entry.model_version_policy.specific.versions) == [1]
+    text_format.Parse(open(os.path.join(base, serving.BATCHING_FILE)).read(),
+                      serving._batching_message()())
+    assert "prometheus_config" in open(os.path.join(base, serving.MONITORING_FILE)).read()
+    manifest = open(os.path.join(base, serving.K8S_MANIFEST)).read()
+    assert "tensorflow/serving:2.16.1" in manifest and "--enable_batching" in manifest
+    loaded = tf.saved_model.load(version_dir)
+    out = loaded.signatures["serving_default"](x=tf.ones([2, 4]))
+    np.testing.assert_allclose(out["score"].numpy(), [8.0, 8.0])
+
+
+def test_push_contract_change_refused_naming_input(models, tmp_path):
+    base = str(tmp_path / "serving")
+    assert serving.push(models["a"], base, "ctr").pushed
+    renamed = serving.push(models["renamed"], base, "ctr")
+    assert not renamed.pushed and "input 'x' (float32) was removed or renamed" in renamed.reason
+    retyped = serving.push(models["int"], base, "ctr")
+    assert not retyped.pushed and "input 'x' changed dtype float32 -> int64" in retyped.reason
+    assert serving.versions(os.path.join(base, "ctr")) == [1]
+    allowed = serving.push(models["renamed"], base, "ctr", allow_contract_change=True)
+    assert allowed.pushed and allowed.version == 2
+
+
+def test_push_gpu_model_to_cpu_target_refused(models, tmp_path):
+    result = serving.push(models["a"], str(tmp_path / "s"), "ctr", target="cpu",
+                          requires_gpu=True)
+    assert not result.pushed and "TRTEngineOp" in result.reason
+    assert not os.path.exists(tmp_path / "s" / "ctr" / "1")
+
+
+def test_push_unblessed_gate_pushes_nothing(models, tmp_path):
+    result = serving.push(models["a"], str(tmp_path / "s"), "ctr",
+                          blessings={"SchemaGuard": 0, "Evaluator (ModelBlessing)": 1})
+    assert not result.pushed and result.reason == "not blessed by SchemaGuard; nothing pushed"
+    assert not os.path.exists(tmp_path / "s" / "ctr")
+
+
+def test_labels_canary_rollback_and_retention(models, tmp_path):
+    base = str(tmp_path / "serving")
+    root = os.path.join(base, "ctr")
+    assert serving.push(models["a"], base, "ctr").version == 1
+    assert serving.push(models["b"], base, "ctr", label="canary").version == 2
+    assert serving.State.load(root).labels == {"stable": 1, "canary": 2}
+    assert serving.push(models["b"], base, "ctr", label="stable", keep_versions=2).version == 3
+    assert serving.push(models["a"], base, "ctr", label="canary", keep_versions=2).version == 4
+    # Newest two (3, 4) kept; 2 is gone unless labeled: canary moved to 4, stable is 3.
+    assert serving.versions(root) == [3, 4]
+    labels = serving.rollback(base, "ctr", 3)
+    assert labels["stable"] == 3
+    config = text_format.Parse(open(os.path.join(base, serving.MODELS_CONFIG)).read(),
+                               model_server_config_pb2.ModelServerConfig())
+    assert dict(config.model_config_list.config[0].version_labels) == {"stable": 3,
+                                                                       "canary": 4}
+    with pytest.raises(PusherConfigError, match=r"has no version 2 under"):
+        serving.rollback(base, "ctr", 2)
+
+
+def test_retention_never_removes_labeled(models, tmp_path):
+    base = str(tmp_path / "serving")
+    root = os.path.join(base, "ctr")
+    serving.push(models["a"], base, "ctr")                      # 1 stable
+    for _ in range(2):                                          # 2, then 3 canary
+        serving.push(models["b"], base, "ctr", label="canary", keep_versions=1)
+    assert serving.versions(root) == [1, 3]
+
+
+_PUBLISH = ("import sys\n"
+            "from tfx_bridge.components.serving_pusher import serving\n"
+            "print(serving.publish(sys.argv[1], sys.argv[2], 'ctr', sys.argv[3], 'canary'))\n")
+
+
+def _warmup_file(models, tmp_path):
+    path = str(tmp_path / "warmup")
+    sig = serving.inspect_model(models["a"])["signatures"]["serving_default"]
+    serving.write_warmup(path, "ctr", sig, serving.synthesize_feeds(sig, 3))
+    return path
+
+
+@pytest.mark.slow
+def test_publish_sigkilled_at_random_moments_leaves_only_complete_versions(models, tmp_path):
+    base = str(tmp_path / "serving")
+    root = os.path.join(base, "ctr")
+    warmup = _warmup_file(models, tmp_path)
+    cmd = [sys.executable, "-c", _PUBLISH, models["big"], base, warmup]
+    start = time.monotonic()
+    subprocess.run(cmd, check=True, capture_output=True)  # version 1, and the push's length
+    duration = time.monotonic() - start
+    rng = random.Random(1234)
+    seen = {1: _md5(os.path.join(root, "1", "saved_model.pb"))}
+    kills = 0
+    for _ in range(30):
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(rng.uniform(0.05, 1.0) * duration)  # anywhere from start-up to rename
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        for v in serving.versions(root):
+            version_dir = os.path.join(root, str(v))
+            assert _complete(version_dir, models["big"]), f"version {v} incomplete"
+            digest = _md5(os.path.join(version_dir, "saved_model.pb"))
+            assert seen.setdefault(v, digest) == digest, f"version {v} changed"
+        if kills >= 12:
+            break
+    assert kills >= 10, f"only {kills} pushes were killed mid-way"
+    final = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    new = int(final.stdout.strip())
+    assert new > max(seen) and serving.versions(root)[-1] == new
+    # Dead pushers leave only non-integer staging folders, which the next push cleans.
+    with serving.push_lock(root):
+        serving.clean_stale_staging(root)
+    assert not [d for d in os.listdir(root) if d.startswith(serving.STAGING_PREFIX)]
+    for v in serving.versions(root):
+        tf.saved_model.load(os.path.join(root, str(v)))
+
+
+def test_concurrent_publishes_get_distinct_complete_versions(models, tmp_path):
+    base = str(tmp_path / "serving")
+    warmup = _warmup_file(models, tmp_path)
+    procs = [subprocess.Popen([sys.executable, "-c", _PUBLISH, models["a"], base, warmup],
+                              stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    got = sorted(int(p.communicate(timeout=300)[0].strip()) for p in procs)
+    assert got == [1, 2, 3]
+    for v in got:
+        assert _complete(os.path.join(base, "ctr", str(v)), models["a"])
+
+
+def test_versions_monotonic_after_versions_removed(models, tmp_path):
+    """A counter, not the clock or a folder listing: a removed top version is not reused."""
+    base = str(tmp_path / "serving")
+    root = os.path.join(base, "ctr")
+    warmup = _warmup_file(models, tmp_path)
+    assert serving.publish(models["a"], base, "ctr", warmup) == 1
+    assert serving.publish(models["a"], base, "ctr", warmup) == 2
+    import shutil
+    shutil.rmtree(os.path.join(root, "2"))
+    assert serving.publish(models["a"], base, "ctr", warmup) == 3
+
+
+def test_contract_changes_lists_every_break():
+    old = {"inputs": {"a": {"dtype": "int64", "shape": [None]},
+                      "b": {"dtype": "float32", "shape": [None, 3]}},
+           "outputs": {"score": {"dtype": "float32", "shape": [None]}}}
+    new = {"inputs": {"a": {"dtype": "int32", "shape": [None]},
+                      "b": {"dtype": "float32", "shape": [None, 4]}},
+           "outputs": {"prob": {"dtype": "float32", "shape": [None]}}}
+    problems = serving.contract_changes(old, new)
+    assert len(problems) == 3
+    assert any("changed dtype int64 -> int32" in p for p in problems)
+    assert any("changed shape [None, 3] -> [None, 4]" in p for p in problems)
+    assert any("output 'score' was removed" in p for p in problems)
+
+
+def test_batching_unknown_field_refused():
+    with pytest.raises(PusherConfigError, match=r"Unknown batching fields \['max_batch'\]"):
+        serving.batching_text("cpu", {"max_batch": 3})
+
+
+def test_inspect_unloadable_model_refused(tmp_path):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "saved_model.pb").write_bytes(b"not a proto")
+    with pytest.raises(PushRefused, match=r"does not load in a fresh process"):
+        serving.inspect_model(str(tmp_path / "bad"))
