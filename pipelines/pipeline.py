@@ -67,3 +67,112 @@ def create_data_pipeline(
         beam_pipeline_args=beam_pipeline_args or [],
         enable_cache=enable_cache,
     )
+
+
+def eval_config(auc_floor: float = 0.5):
+    """AUC on the tf.Example signature; a candidate must beat the floor and must not
+    do worse than the latest blessed model (the baseline) by more than 1e-3."""
+    import tensorflow_model_analysis as tfma
+
+    return tfma.EvalConfig(
+        model_specs=[tfma.ModelSpec(signature_name="serving_tf_example",
+                                    label_key=demo_data.LABEL, prediction_key="score")],
+        slicing_specs=[tfma.SlicingSpec()],
+        metrics_specs=[tfma.MetricsSpec(metrics=[
+            tfma.MetricConfig(class_name="ExampleCount"),
+            tfma.MetricConfig(
+                class_name="AUC",
+                threshold=tfma.MetricThreshold(
+                    value_threshold=tfma.GenericValueThreshold(lower_bound={"value": auc_floor}),
+                    change_threshold=tfma.GenericChangeThreshold(
+                        direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+                        absolute={"value": -1e-3})))])])
+
+
+def create_pipeline(
+    pipeline_name: str,
+    pipeline_root: str,
+    data_root: str,
+    model_source: str,
+    serving_base_path: str,
+    model_name: str = "ctr",
+    metadata_path: Optional[str] = None,
+    pattern: str = demo_data.SPAN_PATTERN,
+    schema_path: Optional[str] = None,
+    contract_path: Optional[str] = None,
+    module_class: str = "tfx_bridge.pipelines.demo_models:CtrMoE",
+    model_file: str = "weights.pt",
+    inputs: Sequence[str] = (),
+    output_names: Sequence[str] = (),
+    evaluate: bool = True,
+    auc_floor: float = 0.5,
+    optimizer_iterations: int = 50,
+    beam_pipeline_args: Optional[List[str]] = None,
+    enable_cache: bool = True,
+) -> tfx_pipeline.Pipeline:
+    """The whole bridge: Parquet spans and a PyTorch model in, a TF Serving push out.
+
+    ParquetExampleGen -> StatisticsGen -> SchemaGen (or ImportSchemaGen over
+    ``schema_path``) -> SchemaGuard -> PyTorchModelImporter (from the research
+    folder ``model_source``) -> TrtOptimizer -> Evaluator (baseline: the latest
+    blessed model; AUC must not drop) -> ServingPusher. Every gate's blessing
+    goes to the pusher. Only resolver strategies KubeflowV2DagRunner compiles
+    are used (LatestBlessedModelStrategy), and no InfraValidator.
+    """
+    from tfx_bridge.components.pytorch_model_importer import PyTorchModelImporter
+    from tfx_bridge.components.serving_pusher import ServingPusher
+    from tfx_bridge.components.trt_optimizer import TrtOptimizer
+    from tfx_bridge.pipelines import demo_models
+
+    example_gen = ParquetExampleGen(input_base=data_root,
+                                    input_config=span_input_config(pattern))
+    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
+    if schema_path is None:
+        schema_gen = tfx.components.SchemaGen(statistics=statistics_gen.outputs["statistics"],
+                                              infer_feature_shape=False)
+    else:
+        schema_gen = tfx.components.ImportSchemaGen(schema_file=schema_path)
+    schema_guard = SchemaGuard(examples=example_gen.outputs["examples"],
+                               schema=schema_gen.outputs["schema"],
+                               contract_path=contract_path)
+    research = tfx.dsl.Importer(source_uri=model_source,
+                                artifact_type=tfx.types.standard_artifacts.Model
+                                ).with_id("research_model")
+    importer = PyTorchModelImporter(
+        source_kind="state_dict", source_model=research.outputs["result"],
+        source_path=model_file, module_class=module_class,
+        inputs=list(inputs) or demo_models.CTR_INPUTS,
+        output_names=list(output_names) or demo_models.CTR_OUTPUTS,
+        schema=schema_gen.outputs["schema"], examples=example_gen.outputs["examples"])
+    optimizer = TrtOptimizer(model=importer.outputs["model"],
+                             examples=example_gen.outputs["examples"],
+                             iterations=optimizer_iterations)
+    components = [example_gen, statistics_gen, schema_gen, schema_guard, research, importer,
+                  optimizer]
+    blessing = None
+    if evaluate:
+        baseline = tfx.dsl.Resolver(
+            strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+            model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+            model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+        ).with_id("latest_blessed_model")
+        evaluator = tfx.components.Evaluator(
+            examples=example_gen.outputs["examples"],
+            model=optimizer.outputs["optimized_model"],
+            baseline_model=baseline.outputs["model"],
+            eval_config=eval_config(auc_floor))
+        components += [baseline, evaluator]
+        blessing = evaluator.outputs["blessing"]
+    pusher = ServingPusher(model=optimizer.outputs["optimized_model"],
+                           imported_model=importer.outputs["model"],
+                           schema_guard=schema_guard.outputs["anomalies"],
+                           model_blessing=blessing,
+                           examples=example_gen.outputs["examples"],
+                           base_path=serving_base_path, model_name=model_name)
+    components.append(pusher)
+    metadata = (tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path)
+                if metadata_path else None)
+    return tfx.dsl.Pipeline(
+        pipeline_name=pipeline_name, pipeline_root=pipeline_root, components=components,
+        metadata_connection_config=metadata, beam_pipeline_args=beam_pipeline_args or [],
+        enable_cache=enable_cache)

@@ -77,3 +77,85 @@ def run_data_demo(workdir: str, data_root: str,
         "schema_guard_blessed": _custom(anomalies, "blessed"),
         "schema_guard_findings": _custom(anomalies, "findings"),
     }
+
+
+SERVING_DIR = "serving"
+RESEARCH_DIR = "research"
+FULL_PIPELINE_NAME = "tfx-bridge"
+
+
+def _latest_with(metadata_path: str, type_name: str, uri_part: str):
+    found = [a for a in latest_artifacts(metadata_path, type_name) if uri_part in a.uri]
+    return found[0] if found else None
+
+
+def run_full(workdir: str, data_root: str, model_source: str, serving_base_path: str,
+             model_name: str = "ctr", evaluate: bool = True,
+             beam_pipeline_args: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Runs the whole pipeline once (the newest span) and summarises what it did.
+
+    The summary holds the pushed version and its path (or why nothing was
+    pushed), SchemaGuard's result, the conversion error, the optimizer's
+    backend and latency, and one prediction made by the pushed SavedModel.
+    """
+    from tfx_bridge.components.serving_pusher import serving
+
+    metadata_path = os.path.join(workdir, METADATA_FILE)
+    before = set(serving.versions(os.path.join(serving_base_path, model_name)))
+    pipeline = pipelines.create_pipeline(
+        FULL_PIPELINE_NAME, os.path.join(workdir, PIPELINE_ROOT_DIR), data_root, model_source,
+        serving_base_path, model_name=model_name, metadata_path=metadata_path,
+        schema_path=schemas.path(schemas.DEMO_SCHEMA),
+        contract_path=schemas.path(schemas.DEMO_CONTRACT), evaluate=evaluate,
+        beam_pipeline_args=beam_pipeline_args)
+    run_local(pipeline)
+    return summarize(metadata_path, serving_base_path, model_name, before)
+
+
+def summarize(metadata_path: str, serving_base_path: str, model_name: str,
+              versions_before: set) -> Dict[str, Any]:
+    examples = latest_artifacts(metadata_path, "Examples")[0]
+    anomalies = latest_artifacts(metadata_path, "ExampleAnomalies")[0]
+    imported = _latest_with(metadata_path, "Model", "PyTorchModelImporter")
+    optimized = _latest_with(metadata_path, "Model", "TrtOptimizer")
+    pushed = latest_artifacts(metadata_path, "PushedModel")[0]
+    out = {
+        "span": _custom(examples, "span"),
+        "schema_guard": {"blessed": _custom(anomalies, "blessed"),
+                         "findings": _custom(anomalies, "findings")},
+        "conversion": {"blessed": _custom(imported, "blessed"),
+                       "max_abs_error": imported.custom_properties["max_abs_error"].double_value},
+        "optimizer": {"backend": _custom(optimized, "backend"),
+                      "latency_p50_ms_before":
+                          optimized.custom_properties["latency_p50_ms_before"].double_value,
+                      "latency_p50_ms_after":
+                          optimized.custom_properties["latency_p50_ms_after"].double_value,
+                      "serving_flags": _custom(optimized, "serving_flags")},
+        "pushed": bool(_custom(pushed, "pushed")),
+        "new_push": False,
+        "push_reason": _custom(pushed, "push_reason"),
+        "pushed_version": None,
+        "pushed_path": None,
+        "prediction": None,
+    }
+    if out["pushed"]:
+        out["pushed_version"] = int(_custom(pushed, "pushed_version"))
+        out["pushed_path"] = os.path.abspath(_custom(pushed, "pushed_destination"))
+        out["prediction"] = predict_one(out["pushed_path"], examples.uri)
+    from tfx_bridge.components.serving_pusher import serving
+    out["served_versions"] = serving.versions(os.path.join(serving_base_path, model_name))
+    out["new_push"] = bool(set(out["served_versions"]) - versions_before)
+    return out
+
+
+def predict_one(saved_model_dir: str, examples_uri: str) -> Dict[str, Any]:
+    """One record of the eval split through the pushed model's tf.Example signature."""
+    import glob
+
+    import tensorflow as tf
+
+    files = sorted(glob.glob(os.path.join(examples_uri, "Split-eval", "*.gz")))
+    record = next(iter(tf.data.TFRecordDataset(files, compression_type="GZIP").take(1)))
+    model = tf.saved_model.load(saved_model_dir)
+    result = model.signatures["serving_tf_example"](examples=tf.reshape(record, [1]))
+    return {k: v.numpy().tolist()[0] for k, v in sorted(result.items())}

@@ -22,6 +22,8 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
 
 DEFAULT_DEMO_DIR = "demo_output"
+# Where kubeflow/Dockerfile puts schemas/ inside the component image.
+IMAGE_SCHEMAS = "/tfx-bridge/schemas/"
 
 
 def _quiet_libraries() -> None:
@@ -252,31 +254,72 @@ def cmd_rollback(args: argparse.Namespace) -> Dict[str, Any]:
 # --------------------------------------------------------------------------- demo
 
 
+def _print_run_summary(result: Dict[str, Any]) -> None:
+    guard = result["schema_guard"]
+    print(f"Span: {result['span']}")
+    verdict = ("clean (blessed)" if guard["blessed"] == 1
+               else f"NOT blessed ({guard['findings']} findings)")
+    print(f"SchemaGuard: {verdict}")
+    print(f"Conversion: max abs error {result['conversion']['max_abs_error']:.3g} "
+          f"({'equivalent' if result['conversion']['blessed'] == 1 else 'NOT equivalent'})")
+    opt = result["optimizer"]
+    print(f"Optimizer: backend {opt['backend']}, p50 {opt['latency_p50_ms_before']:.3f} ms -> "
+          f"{opt['latency_p50_ms_after']:.3f} ms (largest batch)"
+          + (f", needs {opt['serving_flags']}" if opt["serving_flags"] else ""))
+    if result["pushed"]:
+        print(f"Pushed: version {result['pushed_version']} at {result['pushed_path']}"
+              + ("" if result["new_push"] else " (unchanged: cached run, no new version)"))
+        print(f"Prediction of the pushed model on one eval record: {result['prediction']}")
+    else:
+        print(f"Not pushed: {result['push_reason']}")
+    print(f"Served versions: {result['served_versions']}")
+
+
 def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
-    from tfx_bridge.pipelines import demo_data, runner
+    from tfx_bridge.pipelines import demo_data, runner, train_demo_model
 
     workdir = os.path.abspath(args.workdir)
     data_root = os.path.join(workdir, "data")
-    progress = Progress(3, enabled=not args.quiet)
+    progress = Progress(4, enabled=not args.quiet)
     folders = demo_data.write_demo_spans(data_root, spans=range(1, args.spans + 1),
                                          rows_per_span=args.rows)
     progress(f"Generated {args.spans} span(s) x {args.rows} rows under {data_root}")
-    result = runner.run_data_demo(workdir, data_root)
-    progress("Ran ParquetExampleGen -> StatisticsGen -> SchemaGen -> SchemaGuard "
-             f"(span {result['span']})")
-    print(f"Examples: {result['examples_uri']}")
-    for name, n in result["splits"].items():
-        print(f"  Split-{name}: {n} records")
-    print(f"Source columns (Arrow -> tf.Example): {len(result['columns'])}")
-    for name, col in result["columns"].items():
-        print(f"  {name}: {col['arrow_type']} -> {col['feature']}")
-    print(f"Schema: {result['schema_uri']} ({result['schema_features']} features)")
-    verdict = ("clean (blessed)" if result["schema_guard_blessed"] == 1 else
-               f"{result['schema_guard_findings']} finding(s), not blessed")
-    print(f"SchemaGuard: {verdict}; report {result['anomalies_uri']}/report.md")
+    research = os.path.join(workdir, runner.RESEARCH_DIR, os.path.basename(folders[-1]))
+    card = train_demo_model.train(folders[-1], research, seconds=args.train_seconds)
+    progress(f"Trained the demo CtrMoE model ({card['steps']} steps, loss "
+             f"{card['final_loss']}) into {research}")
+    result = runner.run_full(workdir, data_root, research,
+                             os.path.join(workdir, runner.SERVING_DIR))
+    progress("Ran ParquetExampleGen -> StatisticsGen -> ImportSchemaGen -> SchemaGuard -> "
+             "PyTorchModelImporter -> TrtOptimizer -> Evaluator -> ServingPusher")
+    _print_run_summary(result)
     progress("Done")
     result["data_root"] = data_root
-    result["span_folders"] = folders
+    result["_exit"] = EXIT_OK if result["pushed"] else EXIT_CHECK_FAILED
+    return result
+
+
+def cmd_compile_kfp(args: argparse.Namespace) -> Dict[str, Any]:
+    from tfx_bridge.kubeflow import compile as kfp_compile
+
+    path = kfp_compile.compile_pipeline(
+        args.output, args.pipeline_root, args.data_root, args.model_source,
+        args.serving_base_path, image=args.image,
+        contract_path=args.contract, schema_path=args.schema)
+    print(f"Wrote {path}")
+    return {"output": path, "image": args.image}
+
+
+def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
+    from tfx_bridge.pipelines import runner
+
+    progress = Progress(2, enabled=not args.quiet)
+    result = runner.run_full(os.path.abspath(args.workdir), args.data_root, args.model_source,
+                             args.serving_base_path, model_name=args.model_name,
+                             evaluate=not args.no_evaluate)
+    progress("Pipeline run finished")
+    _print_run_summary(result)
+    progress("Done")
     return result
 
 
@@ -302,8 +345,37 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"where data, artifacts and MLMD go (default ./{DEFAULT_DEMO_DIR})")
     demo.add_argument("--spans", type=int, default=2, help="span folders to generate")
     demo.add_argument("--rows", type=int, default=3000, help="rows per span")
+    demo.add_argument("--train-seconds", type=float, default=5.0,
+                      help="how long the stand-in research team trains")
     _add_common(demo)
     demo.set_defaults(func=cmd_demo)
+
+    kfp_p = sub.add_parser("compile-kfp", help="compile the pipeline for Kubeflow Pipelines")
+    kfp_p.add_argument("--output", required=True, help="pipeline JSON (or .yaml) to write")
+    kfp_p.add_argument("--pipeline-root", default="gs://CHANGE-ME/tfx-bridge/root")
+    kfp_p.add_argument("--data-root", default="gs://CHANGE-ME/tfx-bridge/data")
+    kfp_p.add_argument("--model-source", default="gs://CHANGE-ME/tfx-bridge/research/latest")
+    kfp_p.add_argument("--serving-base-path", default="/models")
+    kfp_p.add_argument("--image", default="tfx-bridge:0.1.0",
+                       help="component image built from kubeflow/Dockerfile")
+    kfp_p.add_argument("--schema", default=IMAGE_SCHEMAS + "demo.schema.pbtxt",
+                       help="schema for ImportSchemaGen, as the container sees it")
+    kfp_p.add_argument("--contract", default=IMAGE_SCHEMAS + "demo.contract.yaml",
+                       help="consumer contract for SchemaGuard, as the container sees it")
+    _add_common(kfp_p)
+    kfp_p.set_defaults(func=cmd_compile_kfp)
+
+    run = sub.add_parser("run", help="run the pipeline once on the newest span (cron, KFP "
+                                     "schedule)")
+    run.add_argument("--data-root", required=True, help="folder with span-<n>/ Parquet folders")
+    run.add_argument("--model-source", required=True,
+                     help="research output folder with weights.pt")
+    run.add_argument("--serving-base-path", required=True)
+    run.add_argument("--model-name", default="ctr")
+    run.add_argument("--workdir", required=True, help="pipeline root and MLMD live here")
+    run.add_argument("--no-evaluate", action="store_true", help="skip the Evaluator gate")
+    _add_common(run)
+    run.set_defaults(func=cmd_run)
 
     ingest = sub.add_parser(
         "ingest", help="Parquet -> Examples layout (Split-*/ gzip TFRecords) on DirectRunner")

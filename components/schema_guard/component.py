@@ -94,7 +94,10 @@ class SchemaGuard(base_beam_component.BaseBeamComponent):
           check_unknown_features: report features the schema lacks.
           batch_size: records per decoded batch.
         """
-        if contract_path is not None and "://" not in contract_path:
+        if (contract_path is not None and "://" not in contract_path
+                and not os.path.isabs(contract_path)):
+            # Relative paths resolve here, at build time; absolute ones may name a
+            # file inside the component image (Kubeflow) and are taken as given.
             if not os.path.exists(contract_path):
                 raise SchemaGuardConfigError(
                     f"SchemaGuard: contract file {contract_path!r} does not exist.")

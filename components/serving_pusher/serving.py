@@ -243,6 +243,7 @@ class State:
 
     labels: Dict[str, int] = dataclasses.field(default_factory=dict)
     last_version: int = 0
+    digests: Dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def load(cls, model_root: str) -> State:
@@ -252,12 +253,28 @@ class State:
         with open(path) as f:
             doc = json.load(f)
         return cls({k: int(v) for k, v in doc.get("labels", {}).items()},
-                   int(doc.get("last_version", 0)))
+                   int(doc.get("last_version", 0)), dict(doc.get("digests", {})))
 
     def save(self, model_root: str) -> None:
         _atomic_write(os.path.join(model_root, STATE_FILE),
-                      json.dumps({"labels": self.labels, "last_version": self.last_version},
-                                 indent=2, sort_keys=True))
+                      json.dumps({"labels": self.labels, "last_version": self.last_version,
+                                  "digests": self.digests}, indent=2, sort_keys=True))
+
+
+def model_digest(saved_model_dir: str) -> str:
+    """sha256 over every file's path and bytes (what decides "the same model")."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(saved_model_dir):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            h.update(os.path.relpath(path, saved_model_dir).encode() + b"\0")
+            with open(path, "rb") as f:
+                for chunk in iter(lambda f=f: f.read(1 << 20), b""):
+                    h.update(chunk)
+    return h.hexdigest()
 
 
 def _fsync_dir(path: str) -> None:
@@ -337,7 +354,8 @@ def _copy_synced(src: str, dst: str) -> None:
 
 
 def publish(saved_model_dir: str, base_path: str, model_name: str,
-            warmup_file: Optional[str] = None, label: Optional[str] = "stable") -> int:
+            warmup_file: Optional[str] = None, label: Optional[str] = "stable",
+            digest: Optional[str] = None) -> int:
     """Stages, fsyncs and renames into the next version; returns it."""
     if _is_remote(base_path):
         return _publish_object_store(saved_model_dir, base_path, model_name, warmup_file, label)
@@ -359,11 +377,13 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
             state.save(model_root)
             os.rename(staging, os.path.join(model_root, str(version)))
             _fsync_dir(model_root)
+            if digest is not None:
+                state.digests[str(version)] = digest
             if label is not None:
                 state.labels[label] = version
                 if "stable" not in state.labels:
                     state.labels["stable"] = version
-                state.save(model_root)
+            state.save(model_root)
         return version
     finally:
         if os.path.exists(staging):
@@ -641,6 +661,14 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
         model_root = os.path.join(base_path, model_name)
         state = State.load(model_root)
         served = state.labels.get("stable") or (versions(model_root) or [None])[-1]
+        digest = model_digest(saved_model_dir)
+        same = state.labels.get(label)
+        if same is not None and state.digests.get(str(same)) == digest and \
+                same in versions(model_root):
+            # A rerun with nothing new (e.g. a re-blessed, unchanged model) adds no version.
+            return PushResult(True, same, os.path.join(model_root, str(same)),
+                              f"identical to version {same} already served as {label}; "
+                              "no new version", {"labels": state.labels})
         if served is not None and not allow_contract_change:
             problems = contract_changes(
                 serving_signature(os.path.join(model_root, str(served))), new_sig)
@@ -658,7 +686,7 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
             replay = inspect_model(saved_model_dir, warmup)["warmup"]
             with push_lock(model_root):
                 clean_stale_staging(model_root)
-            version = publish(saved_model_dir, base_path, model_name, warmup, label)
+            version = publish(saved_model_dir, base_path, model_name, warmup, label, digest)
     except PushRefused as e:
         return PushResult(False, None, None, str(e), {})
     with push_lock(os.path.join(base_path, model_name)):

@@ -58,14 +58,22 @@ def test_cli_bad_split_spec_exit_2_in_process(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_cli_demo_runs_pipeline_and_prints_summary(tmp_path):
-    proc = _run("demo", "--workdir", str(tmp_path / "w"), "--rows", "300", "--json")
-    assert proc.returncode == 0, proc.stderr
+def test_cli_demo_runs_full_pipeline_and_prints_summary(tmp_path):
+    proc = _run("demo", "--workdir", str(tmp_path / "w"), "--rows", "300", "--train-seconds",
+                "2", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
     summary = _last_json(proc.stdout)
-    assert summary["span"] == 2 and summary["num_rows"] == 300
-    assert sum(summary["splits"].values()) == 300
-    assert summary["columns"]["hist_items"]["arrow_type"] == "list<item: int32>"
-    assert "Schema:" in proc.stdout and "[3/3] Done" in proc.stderr
+    assert summary["span"] == 2 and summary["pushed"] is True
+    assert summary["pushed_version"] == 1
+    assert summary["pushed_path"] == str(tmp_path / "w" / "serving" / "ctr" / "1")
+    assert summary["schema_guard"]["blessed"] == 1
+    assert summary["conversion"]["max_abs_error"] <= 1e-4
+    assert summary["optimizer"]["backend"] in ("original", "xla-cpu", "grappler-cpu")
+    assert 0.0 <= summary["prediction"]["score"][0] <= 1.0
+    assert len(summary["prediction"]["experts"]) == 2
+    for line in ("SchemaGuard: clean", "Pushed: version 1", "Prediction of the pushed model"):
+        assert line in proc.stdout
+    assert "[4/4] Done" in proc.stderr
 
 
 def _ingest_demo(tmp_path, table=None):
@@ -114,3 +122,20 @@ def test_cli_validate_bad_schema_exit_2(tmp_path):
     code = cli.main(["validate", "--examples", str(tmp_path / "ex"), "--schema", str(bad),
                      "--output", str(tmp_path / "o"), "--quiet"])
     assert code == cli.EXIT_BAD_INPUT
+
+
+@pytest.mark.slow
+def test_cli_compile_kfp_writes_spec_with_our_executors(tmp_path):
+    out = tmp_path / "pipeline.json"
+    proc = _run("compile-kfp", "--output", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    spec = json.loads(out.read_text())["pipelineSpec"]
+    tasks = set(spec["root"]["dag"]["tasks"])
+    assert {"ParquetExampleGen", "SchemaGuard", "PyTorchModelImporter", "TrtOptimizer",
+            "Evaluator", "ServingPusher", "research_model",
+            "latest_blessed_model-model-resolver"} <= tasks
+    args = " ".join(" ".join(e["container"].get("args", []))
+                    for e in spec["deploymentSpec"]["executors"].values() if "container" in e)
+    for component in ("schema_guard", "pytorch_model_importer", "trt_optimizer",
+                      "serving_pusher", "parquet_example_gen"):
+        assert f"tfx_bridge.components.{component}.executor.Executor" in args

@@ -76,12 +76,13 @@ def test_pipeline_fail_on_anomalies_off_records_not_blessed(tmp_path):
     assert ("data_vs_consumer.range", "item_id") in checks
 
 
-def test_component_missing_contract_file_refused(tmp_path):
+def test_component_missing_relative_contract_file_refused(tmp_path, monkeypatch):
     from tfx.types import channel, standard_artifacts
-    with pytest.raises(SchemaGuardConfigError, match=r"contract file '.*nope.yaml' does not"):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SchemaGuardConfigError, match=r"contract file 'nope.yaml' does not"):
         SchemaGuard(examples=channel.Channel(type=standard_artifacts.Examples),
                     schema=channel.Channel(type=standard_artifacts.Schema),
-                    contract_path=str(tmp_path / "nope.yaml"))
+                    contract_path="nope.yaml")
 
 
 @pytest.mark.slow

@@ -247,3 +247,13 @@ def test_inspect_unloadable_model_refused(tmp_path):
     (tmp_path / "bad" / "saved_model.pb").write_bytes(b"not a proto")
     with pytest.raises(PushRefused, match=r"does not load in a fresh process"):
         serving.inspect_model(str(tmp_path / "bad"))
+
+
+def test_push_identical_model_adds_no_version(models, tmp_path):
+    base = str(tmp_path / "serving")
+    first = serving.push(models["a"], base, "ctr")
+    again = serving.push(models["a"], base, "ctr")
+    assert again.pushed and again.version == first.version == 1
+    assert "no new version" in again.reason
+    assert serving.versions(os.path.join(base, "ctr")) == [1]
+    assert serving.push(models["b"], base, "ctr").version == 2  # a changed model does

@@ -1,0 +1,79 @@
+"""Plays the research team: trains the demo CTR model for a few seconds in PyTorch.
+
+Reads one span folder of the demo Parquet data, trains
+``demo_models.CtrMoE`` (a top-k mixture of experts) on item_id, hour, price
+and user_ctr to predict ``clicked``, and saves a state_dict into a research
+output folder, the way a research team hands a model over. The pipeline
+imports that folder.
+
+    python -m tfx_bridge.pipelines.train_demo_model --span-dir demo_output/data/span-2 \\
+        --output demo_output/research/span-2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Dict
+
+import numpy as np
+import pyarrow.parquet as pq
+
+WEIGHTS_FILE = "weights.pt"
+CARD_FILE = "model_card.json"
+
+
+def load_features(span_dir: str) -> Dict[str, np.ndarray]:
+    table = pq.read_table(span_dir, columns=["item_id", "hour", "price", "user_ctr", "clicked"])
+    return {name: table.column(name).to_numpy() for name in table.column_names}
+
+
+def train(span_dir: str, output_dir: str, seconds: float = 5.0, seed: int = 0) -> dict:
+    """Trains for about ``seconds`` (at most 400 steps); returns the model card."""
+    import torch
+
+    from tfx_bridge.pipelines.demo_models import CTR_INPUTS, CTR_OUTPUTS, CtrMoE
+
+    torch.manual_seed(seed)
+    data = load_features(span_dir)
+    inputs = (torch.from_numpy(data["item_id"].astype(np.int32)),
+              torch.from_numpy(data["hour"].astype(np.int32)),
+              torch.from_numpy(data["price"].astype(np.float32)),
+              torch.from_numpy(data["user_ctr"].astype(np.float32)))
+    label = torch.from_numpy(data["clicked"].astype(np.float32)).unsqueeze(-1)
+    model = CtrMoE()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loss_fn = torch.nn.BCELoss()
+    rng = np.random.default_rng(seed)
+    start, steps, loss = time.monotonic(), 0, float("nan")
+    while steps < 400 and time.monotonic() - start < seconds:
+        idx = torch.from_numpy(rng.integers(0, len(label), 256))
+        score, _ = model(*(t[idx] for t in inputs))
+        loss_t = loss_fn(score, label[idx])
+        optimizer.zero_grad()
+        loss_t.backward()
+        optimizer.step()
+        loss, steps = float(loss_t), steps + 1
+    model.eval()
+    os.makedirs(output_dir, exist_ok=True)
+    torch.save(model.state_dict(), os.path.join(output_dir, WEIGHTS_FILE))
+    card = {"module_class": "tfx_bridge.pipelines.demo_models:CtrMoE", "inputs": CTR_INPUTS,
+            "outputs": CTR_OUTPUTS, "weights": WEIGHTS_FILE, "trained_on": span_dir,
+            "steps": steps, "final_loss": round(loss, 4)}
+    with open(os.path.join(output_dir, CARD_FILE), "w") as f:
+        json.dump(card, f, indent=2)
+    return card
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--span-dir", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    print(json.dumps(train(args.span_dir, args.output, args.seconds)))
+
+
+if __name__ == "__main__":
+    main()
