@@ -471,3 +471,25 @@ def test_row_hashes_sliced_batch_same_as_whole():
     whole = core.row_hashes(pa.record_batch([arr], ["c"]), ["c"])
     part = core.row_hashes(pa.record_batch([arr.slice(2)], ["c"]), ["c"])
     assert part.tolist() == whole[2:].tolist()
+
+
+@pytest.mark.slow
+def test_ingest_direct_runner_multi_process_same_records(tmp_path):
+    """beam_pipeline_args reach a multi-process DirectRunner; the records are the same."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfx_bridge.pipelines.beam_args import direct_runner_args
+
+    table = pa.table({"id": pa.array(range(900), pa.int64()),
+                      "v": pa.array([[i, i + 1] for i in range(900)], pa.list_(pa.int32()))})
+    for k in range(3):
+        _write(str(tmp_path / "in" / f"p{k}.parquet"), table.slice(k * 300, 300))
+    splits = core.SplitConfig.parse("train:2,eval:1", "*.parquet")
+    plan = core.plan_ingest(str(tmp_path / "in"), splits)
+    args = direct_runner_args(2)
+    assert "--direct_running_mode=multi_processing" in args
+    multi = core.ingest(plan, str(tmp_path / "multi"),
+                        lambda: beam.Pipeline(options=PipelineOptions(args)))
+    single = core.ingest(plan, str(tmp_path / "single"), _direct)
+    assert multi == single and sum(multi.values()) == 900
+    assert _split_ids(str(tmp_path / "multi")) == _split_ids(str(tmp_path / "single"))
