@@ -110,7 +110,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         summary = report.write_reports(anomalies.uri, findings, splits, schema, context)
         anomalies.split_names = artifact_utils.encode_split_names(splits)
         if examples.has_custom_property("span"):
-            anomalies.span = int(examples.get_int_custom_property("span"))
+            anomalies.span = int(examples.get_custom_property("span"))
         anomalies.set_int_custom_property(BLESSED_PROPERTY, 1 if summary["blessed"] else 0)
         anomalies.set_int_custom_property(FINDINGS_PROPERTY, summary["findings"])
         logging.info("SchemaGuard: %s", summary)

@@ -37,18 +37,23 @@ BLESSED_PROPERTY = "blessed"
 REPORT_FILE = "push.json"
 
 
+def _prop(artifact: types.Artifact, key: str, default):
+    """A custom property whatever its stored kind: artifacts that crossed Kubeflow's
+    JSON metadata carry values as structs (numbers as doubles), local ones as ints."""
+    if key not in artifact.mlmd_artifact.custom_properties:
+        return default
+    value = artifact.mlmd_artifact.custom_properties[key]
+    kind = value.WhichOneof("value")
+    if kind in ("struct_value", "proto_value"):
+        return artifact.get_custom_property(key)  # TFX decodes its own encodings
+    return getattr(value, kind) if kind else default
+
+
 def _blessed(artifacts: Optional[List[types.Artifact]]) -> Optional[int]:
     """``blessed`` of a supplied gate artifact; 0 when it carries none (fail closed)."""
     if not artifacts:
         return None
-    artifact = artifacts[0]
-    if artifact.has_custom_property(BLESSED_PROPERTY):
-        return int(artifact.get_int_custom_property(BLESSED_PROPERTY))
-    return 0
-
-
-def _prop(artifact, key, default):
-    return artifact.get_custom_property(key) if artifact.has_custom_property(key) else default
+    return int(_prop(artifacts[0], BLESSED_PROPERTY, 0) or 0)
 
 
 class Executor(base_executor.BaseExecutor):
@@ -62,15 +67,15 @@ class Executor(base_executor.BaseExecutor):
         pushed = artifact_utils.get_single_instance(output_dict[PUSHED_MODEL_KEY])
         blessings = {
             "the model (optimizer drift / importer equivalence)":
-                int(model.get_int_custom_property(BLESSED_PROPERTY))
-                if model.has_custom_property(BLESSED_PROPERTY) else None,
+                _blessed([model]) if _prop(model, BLESSED_PROPERTY, None) is not None
+                else None,
             "the importer (equivalence)": _blessed(input_dict.get(IMPORTED_MODEL_KEY)),
             "SchemaGuard": _blessed(input_dict.get(SCHEMA_GUARD_KEY)),
             "Evaluator (ModelBlessing)": _blessed(input_dict.get(MODEL_BLESSING_KEY)),
             "InfraValidator (InfraBlessing)": _blessed(input_dict.get(INFRA_BLESSING_KEY)),
         }
         blessings = {k: v for k, v in blessings.items() if v is not None}
-        flags = str(_prop(model, "serving_flags", "")).split()
+        flags = str(_prop(model, "serving_flags", "") or "").split()
         examples = (artifact_utils.get_single_uri(input_dict[EXAMPLES_KEY])
                     if input_dict.get(EXAMPLES_KEY) else None)
         batching = exec_properties.get(BATCHING_KEY)
@@ -79,7 +84,7 @@ class Executor(base_executor.BaseExecutor):
             exec_properties[BASE_PATH_KEY], exec_properties[MODEL_NAME_KEY],
             label=exec_properties.get(LABEL_KEY) or "stable",
             target=exec_properties.get(TARGET_KEY) or "cpu",
-            requires_gpu=bool(int(_prop(model, "requires_gpu", 0))), serving_flags=flags,
+            requires_gpu=bool(int(_prop(model, "requires_gpu", 0) or 0)), serving_flags=flags,
             examples_dir=examples,
             allow_contract_change=bool(exec_properties.get(ALLOW_CONTRACT_CHANGE_KEY) or 0),
             keep_versions=int(exec_properties.get(KEEP_VERSIONS_KEY) or 5),

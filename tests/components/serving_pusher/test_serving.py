@@ -145,8 +145,8 @@ def test_retention_never_removes_labeled(models, tmp_path):
     base = str(tmp_path / "serving")
     root = os.path.join(base, "ctr")
     serving.push(models["a"], base, "ctr")                      # 1 stable
-    for _ in range(2):                                          # 2, then 3 canary
-        serving.push(models["b"], base, "ctr", label="canary", keep_versions=1)
+    for name in ("b", "a"):                                     # 2, then 3 canary
+        serving.push(models[name], base, "ctr", label="canary", keep_versions=1)
     assert serving.versions(root) == [1, 3]
 
 
