@@ -4,7 +4,7 @@
 cores (e.g. ``tfx_bridge.components.parquet_example_gen.parquet_to_examples``)
 are importable without it. Exports resolve lazily for that reason.
 """
-import importlib
+from tfx_bridge.lazy import lazy_exports
 
 _EXPORTS = {
     "ParquetExampleGen": "tfx_bridge.components.parquet_example_gen",
@@ -14,10 +14,4 @@ _EXPORTS = {
     "ServingPusher": "tfx_bridge.components.serving_pusher",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __all__ = lazy_exports(__name__, _EXPORTS)

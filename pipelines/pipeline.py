@@ -44,6 +44,16 @@ def create_data_pipeline(
       contract_path: the consumer contract for SchemaGuard (e.g.
         ``schemas.path(schemas.DEMO_CONTRACT)``); None checks the schema only.
     """
+    data = data_components(data_root, pattern, columns, schema_path, contract_path,
+                           fail_on_anomalies)
+    return _pipeline(pipeline_name, pipeline_root, list(data), metadata_path,
+                     beam_pipeline_args, enable_cache)
+
+
+def data_components(data_root: str, pattern: str = demo_data.SPAN_PATTERN,
+                    columns: Optional[Sequence[str]] = None, schema_path: Optional[str] = None,
+                    contract_path: Optional[str] = None, fail_on_anomalies: bool = True):
+    """ParquetExampleGen, StatisticsGen, SchemaGen or ImportSchemaGen, SchemaGuard."""
     example_gen = ParquetExampleGen(input_base=data_root,
                                     input_config=span_input_config(pattern),
                                     columns=columns)
@@ -57,16 +67,18 @@ def create_data_pipeline(
                                schema=schema_gen.outputs["schema"],
                                contract_path=contract_path,
                                fail_on_anomalies=fail_on_anomalies)
+    return example_gen, statistics_gen, schema_gen, schema_guard
+
+
+def _pipeline(name: str, root: str, components: list, metadata_path: Optional[str],
+              beam_pipeline_args: Optional[List[str]], enable_cache: bool
+              ) -> tfx_pipeline.Pipeline:
     metadata = (tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path)
                 if metadata_path else None)
-    return tfx.dsl.Pipeline(
-        pipeline_name=pipeline_name,
-        pipeline_root=pipeline_root,
-        components=[example_gen, statistics_gen, schema_gen, schema_guard],
-        metadata_connection_config=metadata,
-        beam_pipeline_args=beam_pipeline_args or [],
-        enable_cache=enable_cache,
-    )
+    return tfx.dsl.Pipeline(pipeline_name=name, pipeline_root=root, components=components,
+                            metadata_connection_config=metadata,
+                            beam_pipeline_args=beam_pipeline_args or [],
+                            enable_cache=enable_cache)
 
 
 def eval_config(auc_floor: float = 0.5):
@@ -124,17 +136,8 @@ def create_pipeline(
     from tfx_bridge.components.trt_optimizer import TrtOptimizer
     from tfx_bridge.pipelines import demo_models
 
-    example_gen = ParquetExampleGen(input_base=data_root,
-                                    input_config=span_input_config(pattern))
-    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
-    if schema_path is None:
-        schema_gen = tfx.components.SchemaGen(statistics=statistics_gen.outputs["statistics"],
-                                              infer_feature_shape=False)
-    else:
-        schema_gen = tfx.components.ImportSchemaGen(schema_file=schema_path)
-    schema_guard = SchemaGuard(examples=example_gen.outputs["examples"],
-                               schema=schema_gen.outputs["schema"],
-                               contract_path=contract_path)
+    example_gen, statistics_gen, schema_gen, schema_guard = data_components(
+        data_root, pattern, schema_path=schema_path, contract_path=contract_path)
     research = tfx.dsl.Importer(source_uri=model_source,
                                 artifact_type=tfx.types.standard_artifacts.Model
                                 ).with_id("research_model")
@@ -144,6 +147,8 @@ def create_pipeline(
         inputs=list(inputs) or demo_models.CTR_INPUTS,
         output_names=list(output_names) or demo_models.CTR_OUTPUTS,
         schema=schema_gen.outputs["schema"], examples=example_gen.outputs["examples"])
+    # Nothing model-side runs on data SchemaGuard has not passed.
+    importer.add_upstream_node(schema_guard)
     optimizer = TrtOptimizer(model=importer.outputs["model"],
                              examples=example_gen.outputs["examples"],
                              iterations=optimizer_iterations)
@@ -170,9 +175,5 @@ def create_pipeline(
                            examples=example_gen.outputs["examples"],
                            base_path=serving_base_path, model_name=model_name)
     components.append(pusher)
-    metadata = (tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path)
-                if metadata_path else None)
-    return tfx.dsl.Pipeline(
-        pipeline_name=pipeline_name, pipeline_root=pipeline_root, components=components,
-        metadata_connection_config=metadata, beam_pipeline_args=beam_pipeline_args or [],
-        enable_cache=enable_cache)
+    return _pipeline(pipeline_name, pipeline_root, components, metadata_path,
+                     beam_pipeline_args, enable_cache)

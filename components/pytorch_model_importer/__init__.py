@@ -3,7 +3,7 @@
 Exports resolve lazily: the core (``convert``, ``signature``) imports without
 TFX, and torch/onnx load only when a model is imported.
 """
-import importlib
+from tfx_bridge.lazy import lazy_exports
 
 _EXPORTS = {
     "PyTorchModelImporter": "component",
@@ -15,11 +15,4 @@ _EXPORTS = {
     "NotEquivalent": "errors",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __all__ = lazy_exports(__name__, _EXPORTS)

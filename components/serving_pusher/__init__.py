@@ -2,7 +2,7 @@
 
 Exports resolve lazily, so the core (``serving``) imports without TFX.
 """
-import importlib
+from tfx_bridge.lazy import lazy_exports
 
 _EXPORTS = {
     "ServingPusher": "component",
@@ -12,11 +12,4 @@ _EXPORTS = {
     "PusherError": "errors",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
