@@ -87,8 +87,10 @@ def make_span_table(span: int, rows: int, seed: int = 0) -> pa.Table:
 
 def write_demo_spans(root: str, spans: Iterable[int] = (1, 2), rows_per_span: int = 3000,
                      seed: int = 0, files_per_span: int = FILES_PER_SPAN,
-                     row_group_size: Optional[int] = None) -> List[str]:
-    """Writes ``root/span-<n>/part-<k>.parquet`` and returns the span folders."""
+                     row_group_size: Optional[int] = None,
+                     overwrite: bool = False) -> List[str]:
+    """Writes ``root/span-<n>/part-<k>.parquet`` (existing files are kept unless
+    ``overwrite``) and returns the span folders."""
     folders = []
     for span in spans:
         table = make_span_table(span, rows_per_span, seed)
@@ -96,8 +98,10 @@ def write_demo_spans(root: str, spans: Iterable[int] = (1, 2), rows_per_span: in
         os.makedirs(folder, exist_ok=True)
         per_file = -(-rows_per_span // files_per_span)
         for k in range(files_per_span):
-            part = table.slice(k * per_file, per_file)
-            pq.write_table(part, os.path.join(folder, f"part-{k}.parquet"),
+            path = os.path.join(folder, f"part-{k}.parquet")
+            if os.path.exists(path) and not overwrite:
+                continue  # same seed, same bytes; keeping the file keeps ExampleGen cached
+            pq.write_table(table.slice(k * per_file, per_file), path,
                            row_group_size=row_group_size)
         folders.append(folder)
     return folders

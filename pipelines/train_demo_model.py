@@ -29,8 +29,12 @@ def load_features(span_dir: str) -> Dict[str, np.ndarray]:
     return {name: table.column(name).to_numpy() for name in table.column_names}
 
 
-def train(span_dir: str, output_dir: str, seconds: float = 5.0, seed: int = 0) -> dict:
-    """Trains for about ``seconds`` (at most 400 steps); returns the model card."""
+def train(span_dir: str, output_dir: str, steps: int = 300, seed: int = 0) -> dict:
+    """Trains for ``steps`` Adam steps (a few seconds); returns the model card.
+
+    A fixed step count and seed make the weights the same on every run, so a
+    rerun over unchanged data is cached end to end and pushes no new version.
+    """
     import torch
 
     from tfx_bridge.pipelines.demo_models import CTR_INPUTS, CTR_OUTPUTS, CtrMoE
@@ -46,21 +50,22 @@ def train(span_dir: str, output_dir: str, seconds: float = 5.0, seed: int = 0) -
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     loss_fn = torch.nn.BCELoss()
     rng = np.random.default_rng(seed)
-    start, steps, loss = time.monotonic(), 0, float("nan")
-    while steps < 400 and time.monotonic() - start < seconds:
+    start, loss = time.monotonic(), float("nan")
+    for _ in range(steps):
         idx = torch.from_numpy(rng.integers(0, len(label), 256))
         score, _ = model(*(t[idx] for t in inputs))
         loss_t = loss_fn(score, label[idx])
         optimizer.zero_grad()
         loss_t.backward()
         optimizer.step()
-        loss, steps = float(loss_t), steps + 1
+        loss = float(loss_t)
     model.eval()
     os.makedirs(output_dir, exist_ok=True)
     torch.save(model.state_dict(), os.path.join(output_dir, WEIGHTS_FILE))
     card = {"module_class": "tfx_bridge.pipelines.demo_models:CtrMoE", "inputs": CTR_INPUTS,
             "outputs": CTR_OUTPUTS, "weights": WEIGHTS_FILE, "trained_on": span_dir,
-            "steps": steps, "final_loss": round(loss, 4)}
+            "steps": steps, "final_loss": round(loss, 4),
+            "seconds": round(time.monotonic() - start, 2)}
     with open(os.path.join(output_dir, CARD_FILE), "w") as f:
         json.dump(card, f, indent=2)
     return card
@@ -70,9 +75,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--span-dir", required=True)
     parser.add_argument("--output", required=True)
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
-    print(json.dumps(train(args.span_dir, args.output, args.seconds)))
+    print(json.dumps(train(args.span_dir, args.output, args.steps)))
 
 
 if __name__ == "__main__":

@@ -285,7 +285,7 @@ def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
                                          rows_per_span=args.rows)
     progress(f"Generated {args.spans} span(s) x {args.rows} rows under {data_root}")
     research = os.path.join(workdir, runner.RESEARCH_DIR, os.path.basename(folders[-1]))
-    card = train_demo_model.train(folders[-1], research, seconds=args.train_seconds)
+    card = train_demo_model.train(folders[-1], research, steps=args.train_steps)
     progress(f"Trained the demo CtrMoE model ({card['steps']} steps, loss "
              f"{card['final_loss']}) into {research}")
     result = runner.run_full(workdir, data_root, research,
@@ -345,8 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"where data, artifacts and MLMD go (default ./{DEFAULT_DEMO_DIR})")
     demo.add_argument("--spans", type=int, default=2, help="span folders to generate")
     demo.add_argument("--rows", type=int, default=3000, help="rows per span")
-    demo.add_argument("--train-seconds", type=float, default=5.0,
-                      help="how long the stand-in research team trains")
+    demo.add_argument("--train-steps", type=int, default=300,
+                      help="Adam steps of the stand-in research team (fixed: reruns are cached)")
     _add_common(demo)
     demo.set_defaults(func=cmd_demo)
 

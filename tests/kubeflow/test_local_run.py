@@ -19,7 +19,7 @@ def test_compiled_spec_runs_under_kubeflow_entrypoints(tmp_path):
     data = str(tmp_path / "data")
     spans = demo_data.write_demo_spans(data, spans=[1, 2], rows_per_span=300)
     research = str(tmp_path / "research")
-    train_demo_model.train(spans[-1], research, seconds=1)
+    train_demo_model.train(spans[-1], research, steps=60)
     spec = kfp_compile.compile_pipeline(
         str(tmp_path / "pipeline.json"), str(tmp_path / "root"), data, research,
         str(tmp_path / "serving"), schema_path=schemas.path(schemas.DEMO_SCHEMA),

@@ -45,7 +45,7 @@ def test_lifecycle_spans_retraining_and_a_bad_span(tmp_path):
     work, data = str(tmp_path / "work"), str(tmp_path / "data")
     base = str(tmp_path / "serving")
     research1 = str(tmp_path / "research" / "span-1")
-    train_demo_model.train(_span(data, 1), research1, seconds=1, seed=1)
+    train_demo_model.train(_span(data, 1), research1, steps=60, seed=1)
 
     first = runner.run_full(work, data, research1, base, evaluate=False)
     assert first["span"] == 1 and first["pushed"] and first["pushed_version"] == 1
@@ -58,7 +58,7 @@ def test_lifecycle_spans_retraining_and_a_bad_span(tmp_path):
     assert rerun_seconds < 60, f"a cached rerun took {rerun_seconds:.0f}s"
 
     research2 = str(tmp_path / "research" / "span-2")
-    train_demo_model.train(_span(data, 2), research2, seconds=1, seed=2)
+    train_demo_model.train(_span(data, 2), research2, steps=60, seed=2)
     second = runner.run_full(work, data, research2, base, evaluate=False)
     assert second["span"] == 2 and second["pushed_version"] == 2 and second["new_push"]
 

@@ -59,8 +59,8 @@ def test_cli_bad_split_spec_exit_2_in_process(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cli_demo_runs_full_pipeline_and_prints_summary(tmp_path):
-    proc = _run("demo", "--workdir", str(tmp_path / "w"), "--rows", "300", "--train-seconds",
-                "2", "--json")
+    proc = _run("demo", "--workdir", str(tmp_path / "w"), "--rows", "300", "--train-steps",
+                "60", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = _last_json(proc.stdout)
     assert summary["span"] == 2 and summary["pushed"] is True
