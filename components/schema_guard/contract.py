@@ -172,37 +172,21 @@ def contract_from_saved_model(path: str, signature: str = "serving_default") -> 
     Inputs are matched to features by name. A signature whose only input is a
     serialized tf.Example (DT_STRING) names no features, so it yields none.
     """
-    from tensorflow.core.framework import types_pb2
-    from tensorflow.core.protobuf import saved_model_pb2
+    from tfx_bridge.savedmodel import signature_specs
 
-    pb = os.path.join(path, "saved_model.pb")
-    if not os.path.exists(pb) and os.path.exists(os.path.join(path, "Format-Serving",
-                                                              "saved_model.pb")):
-        pb = os.path.join(path, "Format-Serving", "saved_model.pb")
-    try:
-        with open(pb, "rb") as f:
-            model = saved_model_pb2.SavedModel.FromString(f.read())
-    except OSError as e:
-        raise SchemaGuardConfigError(f"No SavedModel at {path} ({e}).") from e
-    signatures = {}
-    for graph in model.meta_graphs:
-        signatures.update(graph.signature_def)
-    if signature not in signatures:
-        raise SchemaGuardConfigError(
-            f"SavedModel {path} has no signature {signature!r}; it has {sorted(signatures)}.")
+    if not os.path.exists(os.path.join(path, "saved_model.pb")) and os.path.exists(
+            os.path.join(path, "Format-Serving", "saved_model.pb")):
+        path = os.path.join(path, "Format-Serving")
+    inputs = signature_specs(path, signature, SchemaGuardConfigError)["inputs"]
     origin = f"model {signature}"
     features = []
-    for name, info in sorted(signatures[signature].inputs.items()):
-        dtype_name = types_pb2.DataType.Name(info.dtype).replace("DT_", "").lower()
-        dtype = {"float": "float32", "double": "float64", "half": "float16"}.get(dtype_name,
-                                                                                 dtype_name)
-        if dtype not in DTYPES:
+    for name, info in sorted(inputs.items()):
+        if info["dtype"] not in DTYPES:
             continue  # resources, variants: not features
         shape = None
-        if not info.tensor_shape.unknown_rank:
-            dims = tuple(int(d.size) for d in info.tensor_shape.dim)
-            shape = dims[1:]  # drop the batch dimension
-        features.append(ConsumerFeature(name, dtype, shape, None, True, origin))
+        if info["shape"] is not None:
+            shape = tuple(-1 if d is None else d for d in info["shape"][1:])  # no batch dim
+        features.append(ConsumerFeature(name, info["dtype"], shape, None, True, origin))
     if len(features) == 1 and features[0].dtype == "string" and features[0].shape == ():
         return Contract(origin, ())  # serialized tf.Example input: no per-feature contract
     return Contract(origin, tuple(features))

@@ -119,28 +119,9 @@ def inspect_model(saved_model_dir: str, warmup_file: str = "") -> dict:
 
 def serving_signature(saved_model_dir: str, name: str = "serving_default") -> dict:
     """A signature's inputs/outputs read from saved_model.pb (no graph is loaded)."""
-    import tensorflow as tf
-    from tensorflow.core.protobuf import saved_model_pb2
+    from tfx_bridge.savedmodel import signature_specs
 
-    path = os.path.join(saved_model_dir, "saved_model.pb")
-    try:
-        with open(path, "rb") as f:
-            model = saved_model_pb2.SavedModel.FromString(f.read())
-    except Exception as e:
-        raise PushRefused(f"{path} is missing or not a SavedModel ({e}).") from e
-    sigs = {}
-    for graph in model.meta_graphs:
-        sigs.update(graph.signature_def)
-    if name not in sigs:
-        raise PushRefused(f"{saved_model_dir} has no {name} signature; it has {sorted(sigs)}.")
-
-    def spec(info):
-        shape = (None if info.tensor_shape.unknown_rank else
-                 [None if d.size < 0 else int(d.size) for d in info.tensor_shape.dim])
-        return {"dtype": tf.dtypes.as_dtype(info.dtype).name, "shape": shape}
-
-    return {"inputs": {k: spec(v) for k, v in sigs[name].inputs.items()},
-            "outputs": {k: spec(v) for k, v in sigs[name].outputs.items()}}
+    return signature_specs(saved_model_dir, name, PushRefused)
 
 
 # --------------------------------------------------------------------------- checks

@@ -1,0 +1,39 @@
+"""Reading a SavedModel's signatures from saved_model.pb, without loading the graph.
+
+Shared by SchemaGuard (a model's inputs as the consumer contract) and
+ServingPusher (contract checks against the served version). No TFX imports.
+"""
+from __future__ import annotations
+
+import os
+from typing import Type
+
+
+def signature_specs(saved_model_dir: str, name: str, error: Type[Exception]) -> dict:
+    """``{"inputs"|"outputs": {key: {"dtype": "float32", "shape": [None, 4] | None}}}``.
+
+    ``shape`` is None for unknown rank; unknown dimensions are None. Raises
+    ``error`` (the caller's typed error) naming the file or the signatures found.
+    """
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = os.path.join(saved_model_dir, "saved_model.pb")
+    try:
+        with open(path, "rb") as f:
+            model = saved_model_pb2.SavedModel.FromString(f.read())
+    except Exception as e:
+        raise error(f"{path} is missing or not a SavedModel ({e}).") from e
+    signatures = {}
+    for graph in model.meta_graphs:
+        signatures.update(graph.signature_def)
+    if name not in signatures:
+        raise error(f"{saved_model_dir} has no {name} signature; it has {sorted(signatures)}.")
+
+    def spec(info) -> dict:
+        shape = (None if info.tensor_shape.unknown_rank else
+                 [None if d.size < 0 else int(d.size) for d in info.tensor_shape.dim])
+        return {"dtype": tf.dtypes.as_dtype(info.dtype).name, "shape": shape}
+
+    return {"inputs": {k: spec(v) for k, v in signatures[name].inputs.items()},
+            "outputs": {k: spec(v) for k, v in signatures[name].outputs.items()}}
