@@ -190,7 +190,9 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
     result = optimize.optimize(args.model, args.output, precision=args.precision,
                                examples_dir=args.examples, atol=args.atol,
                                topk_threshold=args.topk_threshold,
-                               iterations=args.iterations, probe=found)
+                               iterations=args.iterations, probe=found,
+                               candidates=args.candidates.split(",") if args.candidates
+                               else None)
     progress(f"Measured {len(result.report['candidates'])} candidate(s); kept "
              f"{result.report['candidate']} (backend {result.backend})")
     with open(os.path.join(args.output, optimize.REPORT_MD)) as f:
@@ -441,6 +443,10 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--topk-threshold", type=float, default=1.0,
                      help="minimum top-k index agreement for integer outputs (1.0 = exact)")
     opt.add_argument("--iterations", type=int, default=100, help="timed calls per batch size")
+    opt.add_argument("--candidates", default=None,
+                     help="CPU candidates to try, comma-separated (default: all of "
+                          "xla-cpu,xla-frozen,frozen,tflite); leave tflite out where servers "
+                          "cannot run --prefer_tflite_model")
     _add_common(opt)
     opt.set_defaults(func=cmd_optimize)
     psh = sub.add_parser("push", help="ServingPusher: validated, atomic push to TF Serving")

@@ -1,12 +1,23 @@
-"""Reading a SavedModel's signatures from saved_model.pb, without loading the graph.
+"""Reading a SavedModel's signatures from saved_model.pb, without loading the graph,
+and the TF Serving flags a SavedModel folder can need.
 
-Shared by SchemaGuard (a model's inputs as the consumer contract) and
-ServingPusher (contract checks against the served version). No TFX imports.
+Shared by SchemaGuard (a model's inputs as the consumer contract),
+TrtOptimizer (which records the flags) and ServingPusher (contract checks
+against the served version; the flags go into the server manifest). No TFX
+imports.
 """
 from __future__ import annotations
 
 import os
 from typing import Type
+
+# TF Serving runs XLA-compiled (jit_compile) functions on CPU only with this flag.
+XLA_FLAG = "--xla_cpu_compilation_enabled=true"
+# With this flag TF Serving serves TFLITE_FILE from the SavedModel folder when present
+# (and the SavedModel when not), so it is safe server-wide.
+TFLITE_FLAG = "--prefer_tflite_model=true"
+TFLITE_FILE = "model.tflite"
+SERVER_FLAGS = (XLA_FLAG, TFLITE_FLAG)
 
 
 def signature_specs(saved_model_dir: str, name: str, error: Type[Exception]) -> dict:

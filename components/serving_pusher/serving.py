@@ -39,6 +39,7 @@ from tfx_bridge.components.serving_pusher.errors import (
     PusherError,
     PushRefused,
 )
+from tfx_bridge.savedmodel import SERVER_FLAGS, TFLITE_FILE, TFLITE_FLAG
 
 MODELS_CONFIG = "models.config"
 BATCHING_FILE = "batching_parameters.txt"
@@ -53,7 +54,6 @@ MAX_WARMUP = 1000
 LABELS = ("stable", "canary")
 TARGETS = ("cpu", "gpu")
 SERVING_IMAGE = {"cpu": "tensorflow/serving:2.16.1", "gpu": "tensorflow/serving:2.16.1-gpu"}
-XLA_FLAG = "--xla_cpu_compilation_enabled=true"
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
 
 # BatchingParameters defaults (TF Serving's batching guide): small batches and
@@ -79,7 +79,7 @@ _INSPECT = r"""
 import json, os, sys, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf
-path, warmup = sys.argv[1], sys.argv[2]
+path, warmup, tflite_file = sys.argv[1], sys.argv[2], sys.argv[3]
 model = tf.saved_model.load(path)
 sigs = {}
 for name, fn in model.signatures.items():
@@ -88,27 +88,52 @@ for name, fn in model.signatures.items():
     outs = {k: {"dtype": v.dtype.name, "shape": v.shape.as_list()}
             for k, v in fn.structured_outputs.items()}
     sigs[name] = {"inputs": ins, "outputs": outs}
-out = {"signatures": sigs, "warmup": None}
+out = {"signatures": sigs, "warmup": None, "tflite": None}
+runners = {}
+if os.path.exists(os.path.join(path, tflite_file)):
+    # What TF Serving serves under --prefer_tflite_model: check and warm it too.
+    interpreter = tf.lite.Interpreter(model_path=os.path.join(path, tflite_file), num_threads=1)
+    lite = {}
+    for name in interpreter.get_signature_list():
+        runner = interpreter.get_signature_runner(name)
+        runners[name] = runner
+        lite[name] = {
+            "inputs": {k: v["dtype"].__name__ for k, v in runner.get_input_details().items()},
+            "outputs": {k: v["dtype"].__name__ for k, v in runner.get_output_details().items()}}
+    out["tflite"] = {"signatures": lite, "warmup": None}
 if warmup and os.path.exists(warmup):
     from tensorflow_serving.apis import prediction_log_pb2
-    count, start = 0, time.perf_counter()
+    requests = []
     for record in tf.data.TFRecordDataset(warmup):
         log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
         req = log.predict_log.request
-        fn = model.signatures[req.model_spec.signature_name or "serving_default"]
-        fn(**{k: tf.make_ndarray(v) for k, v in req.inputs.items()})
-        count += 1
-    out["warmup"] = {"requests": count,
+        requests.append((req.model_spec.signature_name or "serving_default",
+                         {k: tf.make_ndarray(v) for k, v in req.inputs.items()}))
+    start = time.perf_counter()
+    for name, feeds in requests:
+        model.signatures[name](**feeds)
+    out["warmup"] = {"requests": len(requests),
                      "seconds": round(time.perf_counter() - start, 4)}
+    if runners:
+        start = time.perf_counter()
+        try:
+            for name, feeds in requests:
+                runners[name](**feeds)
+            out["tflite"]["warmup"] = {"requests": len(requests),
+                                       "seconds": round(time.perf_counter() - start, 4)}
+        except Exception as e:  # reported after the signature check, which names more
+            out["tflite"]["warmup"] = {"error": f"{type(e).__name__}: {e}"}
 print("INSPECT " + json.dumps(out))
 """
 
 
 def inspect_model(saved_model_dir: str, warmup_file: str = "") -> dict:
-    """Loads the SavedModel in a fresh process: signatures, and warmup replayed."""
+    """Loads the SavedModel in a fresh process: signatures, and warmup replayed;
+    the same for ``model.tflite`` when the folder has one (``"tflite"``)."""
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    proc = subprocess.run([sys.executable, "-c", _INSPECT, saved_model_dir, warmup_file],
+    proc = subprocess.run([sys.executable, "-c", _INSPECT, saved_model_dir, warmup_file,
+                           TFLITE_FILE],
                           capture_output=True, text=True, timeout=900, env=env)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("INSPECT ")), None)
     if proc.returncode != 0 or line is None:
@@ -161,9 +186,39 @@ def _shape_compatible(old: Optional[list], new: Optional[list]) -> bool:
     return all(a is None or b is None or a == b for a, b in zip(old, new, strict=True))
 
 
+def check_tflite(inspected: dict, saved_model_sig: dict) -> None:
+    """``model.tflite`` (served under --prefer_tflite_model) must offer serving_default
+    with the SavedModel's input and output names and dtypes."""
+    if not inspected.get("tflite"):
+        return
+    lite = inspected["tflite"]["signatures"].get("serving_default")
+    if lite is None:
+        raise PushRefused(f"{TFLITE_FILE} has no serving_default signature (it has "
+                          f"{sorted(inspected['tflite']['signatures'])}); a server with "
+                          f"{TFLITE_FLAG} would serve it. Rebuild it or remove it.")
+    problems = []
+    for side in ("inputs", "outputs"):
+        want = {k: v["dtype"] for k, v in saved_model_sig[side].items()}
+        if lite[side] != want:
+            problems.append(f"{side} {lite[side]} vs the SavedModel's {want}")
+    if problems:
+        raise PushRefused(f"{TFLITE_FILE} does not match the SavedModel's serving_default: "
+                          + "; ".join(problems) + ". Rebuild it from this SavedModel.")
+    error = (inspected["tflite"].get("warmup") or {}).get("error")
+    if error:
+        raise PushRefused(f"{TFLITE_FILE} failed the warmup requests: {error}. A server "
+                          f"with {TFLITE_FLAG} would fail to load it; rebuild it.")
+
+
 def check_target(target: str, requires_gpu: bool, serving_flags: Sequence[str]) -> None:
     if target not in TARGETS:
         raise PusherConfigError(f"target {target!r}: use one of {TARGETS}.")
+    unknown = sorted(set(serving_flags) - set(SERVER_FLAGS))
+    if unknown:
+        raise PusherConfigError(
+            f"The model needs TF Serving flags {unknown}, which ServingPusher does not know "
+            f"how to configure (known: {list(SERVER_FLAGS)}). Serve it with a hand-written "
+            "server config.")
     if requires_gpu and target == "cpu":
         raise PushRefused(
             "The model needs a GPU (TensorRT engines); TF Serving's CPU image has no "
@@ -530,14 +585,14 @@ def monitoring_text() -> str:
     return f'prometheus_config {{\n  enable: true\n  path: "{PROMETHEUS_PATH}"\n}}\n'
 
 
-def k8s_manifest(base_path: str, target: str, xla: bool, app: str = "tf-serving") -> str:
+def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
+                 app: str = "tf-serving") -> str:
     args = ["--port=8500", "--rest_api_port=8501",
             f"--model_config_file=/models/{MODELS_CONFIG}",
             "--model_config_file_poll_wait_seconds=60", "--enable_batching",
             f"--batching_parameters_file=/models/{BATCHING_FILE}",
             f"--monitoring_config_file=/models/{MONITORING_FILE}"]
-    if xla:
-        args.append(XLA_FLAG)
+    args += sorted(set(flags) & set(SERVER_FLAGS))
     gpu = "\n            nvidia.com/gpu: 1" if target == "gpu" else ""
     arg_lines = "\n".join(f"            - {a}" for a in args)
     return f"""# TF Serving for the models under {base_path} (mounted at /models).
@@ -589,12 +644,25 @@ spec:
 """
 
 
-def write_configs(base_path: str, target: str, xla: bool,
+def manifest_flags(base_path: str) -> List[str]:
+    """The server flags the current manifest carries: served versions may need them."""
+    manifest = os.path.join(base_path, K8S_MANIFEST)
+    if not os.path.exists(manifest):
+        return []
+    with open(manifest) as f:
+        args = {line.strip()[2:] for line in f if line.strip().startswith("- ")}
+    return [flag for flag in SERVER_FLAGS if flag in args]
+
+
+def write_configs(base_path: str, target: str, flags: Sequence[str] = (),
                   batching_overrides: Optional[dict] = None) -> Dict[str, str]:
+    """Rewrites the server configs; ``flags`` add to those the manifest already has
+    (every flag in SERVER_FLAGS is safe for models that do not need it)."""
+    flags = sorted(set(flags) | set(manifest_flags(base_path)))
     files = {MODELS_CONFIG: models_config_text(base_path),
              BATCHING_FILE: batching_text(target, batching_overrides),
              MONITORING_FILE: monitoring_text(),
-             K8S_MANIFEST: k8s_manifest(base_path, target, xla)}
+             K8S_MANIFEST: k8s_manifest(base_path, target, flags)}
     for name, text in files.items():
         _atomic_write(os.path.join(base_path, name), text)
     return {name: os.path.join(base_path, name) for name in files}
@@ -664,7 +732,11 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
                                  synthesize_feeds(new_sig, warmup_records,
                                                   examples_dir=examples_dir))
             # One fresh process: the model loads, and the warmup requests run through it.
-            replay = inspect_model(saved_model_dir, warmup)["warmup"]
+            inspected = inspect_model(saved_model_dir, warmup)
+            check_tflite(inspected, new_sig)
+            replay = dict(inspected["warmup"] or {})
+            if inspected.get("tflite"):
+                replay["tflite"] = inspected["tflite"]["warmup"]
             with push_lock(model_root):
                 clean_stale_staging(model_root)
             version = publish(saved_model_dir, base_path, model_name, warmup, label, digest)
@@ -672,8 +744,7 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
         return PushResult(False, None, None, str(e), {})
     with push_lock(os.path.join(base_path, model_name)):
         removed = apply_retention(os.path.join(base_path, model_name), keep_versions)
-        configs = write_configs(base_path, target, XLA_FLAG in serving_flags,
-                                batching_overrides)
+        configs = write_configs(base_path, target, serving_flags, batching_overrides)
     destination = os.path.join(base_path, model_name, str(version))
     return PushResult(True, version, destination, f"pushed as version {version} ({label})",
                       {"warmup": {"records": count, **(replay or {})},
@@ -684,8 +755,6 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
 def rollback(base_path: str, model_name: str, to_version: int, target: str = "cpu") -> dict:
     """Moves the ``stable`` label to ``to_version`` and rewrites the configs."""
     set_label(base_path, model_name, "stable", to_version)
-    manifest = os.path.join(base_path, K8S_MANIFEST)
-    xla = os.path.exists(manifest) and XLA_FLAG in open(manifest).read()
     with push_lock(os.path.join(base_path, model_name)):
-        write_configs(base_path, target, xla)
+        write_configs(base_path, target)
     return State.load(os.path.join(base_path, model_name)).labels

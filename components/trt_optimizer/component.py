@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Optional, Sequence
 
 from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import channel, component_spec, standard_artifacts
@@ -31,6 +31,7 @@ class TrtOptimizerSpec(component_spec.ComponentSpec):
         executor.MINIMUM_SEGMENT_SIZE_KEY: ExecutionParameter(type=int, optional=True),
         executor.MAXIMUM_CACHED_ENGINES_KEY: ExecutionParameter(type=int, optional=True),
         executor.FAIL_ON_DRIFT_KEY: ExecutionParameter(type=int, optional=True),
+        executor.CANDIDATES_KEY: ExecutionParameter(type=str, optional=True),
     }
     INPUTS = {
         MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
@@ -45,10 +46,12 @@ class TrtOptimizer(base_component.BaseComponent):
     With TensorRT and a GPU (probed in a subprocess, so a missing libnvinfer
     cannot abort the executor): TF-TRT at the given precision, engines built
     ahead, validated with native-segment fallback disabled. Without: XLA, frozen
-    XLA and frozen Grappler variants are measured against the original (p50/p99
-    at batch 1 and 32) and drift-checked on held-out inputs; the fastest that
-    passes is kept, or the original. An XLA choice records
-    ``--xla_cpu_compilation_enabled=true`` and keeps ``serving_default_noxla``.
+    XLA, frozen Grappler and TFLite variants (``candidates``, default all) are
+    measured against the original (p50/p99 at batch 1 and 32) and drift-checked
+    on held-out inputs; the fastest that passes is kept, or the original. An
+    XLA choice records ``--xla_cpu_compilation_enabled=true`` and keeps
+    ``serving_default_noxla``; a TFLite choice writes ``model.tflite`` beside
+    the unchanged SavedModel and records ``--prefer_tflite_model=true``.
     The backend recorded is the one that ran, never TensorRT when it did not.
 
     Outputs:
@@ -71,7 +74,8 @@ class TrtOptimizer(base_component.BaseComponent):
                  topk_threshold: float = 1.0, iterations: int = 100,
                  op_denylist: Sequence[str] = optimize.DEFAULT_OP_DENYLIST,
                  workspace_bytes: int = 1 << 30, minimum_segment_size: int = 3,
-                 maximum_cached_engines: int = 1, fail_on_drift: bool = True):
+                 maximum_cached_engines: int = 1, fail_on_drift: bool = True,
+                 candidates: Optional[Sequence[str]] = None):
         if precision not in optimize.PRECISIONS:
             raise OptimizerConfigError(
                 f"TrtOptimizer: precision {precision!r}; use one of {optimize.PRECISIONS}.")
@@ -81,6 +85,11 @@ class TrtOptimizer(base_component.BaseComponent):
         if iterations < 10:
             raise OptimizerConfigError(
                 f"TrtOptimizer: iterations {iterations} is too few for a p99; use >= 10.")
+        unknown = sorted(set(candidates or ()) - set(optimize.CPU_CANDIDATES))
+        if unknown:
+            raise OptimizerConfigError(
+                f"TrtOptimizer: unknown candidates {unknown}; use some of "
+                f"{list(optimize.CPU_CANDIDATES)}.")
         spec = TrtOptimizerSpec(
             model=model, examples=examples, precision=precision, atol=float(atol),
             rtol=float(rtol), topk_threshold=float(topk_threshold), iterations=iterations,
@@ -88,5 +97,6 @@ class TrtOptimizer(base_component.BaseComponent):
             minimum_segment_size=minimum_segment_size,
             maximum_cached_engines=maximum_cached_engines,
             fail_on_drift=int(bool(fail_on_drift)),
+            candidates=None if candidates is None else json.dumps(list(candidates)),
             optimized_model=channel.Channel(type=standard_artifacts.Model))
         super().__init__(spec=spec)

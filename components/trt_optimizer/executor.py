@@ -28,6 +28,7 @@ WORKSPACE_BYTES_KEY = "workspace_bytes"
 MINIMUM_SEGMENT_SIZE_KEY = "minimum_segment_size"
 MAXIMUM_CACHED_ENGINES_KEY = "maximum_cached_engines"
 FAIL_ON_DRIFT_KEY = "fail_on_drift"
+CANDIDATES_KEY = "candidates"
 # Custom properties on the optimized Model (DESIGN.md).
 BLESSED_PROPERTY = "blessed"
 BACKEND_PROPERTY = "backend"
@@ -66,7 +67,8 @@ class Executor(base_executor.BaseExecutor):
                                         json.dumps(optimize.DEFAULT_OP_DENYLIST))),
             trt_options={"workspace_bytes": int(_get(p, WORKSPACE_BYTES_KEY, 1 << 30)),
                          "minimum_segment_size": int(_get(p, MINIMUM_SEGMENT_SIZE_KEY, 3)),
-                         "maximum_cached_engines": int(_get(p, MAXIMUM_CACHED_ENGINES_KEY, 1))})
+                         "maximum_cached_engines": int(_get(p, MAXIMUM_CACHED_ENGINES_KEY, 1))},
+            candidates=json.loads(p[CANDIDATES_KEY]) if p.get(CANDIDATES_KEY) else None)
         report = result.report
         out.set_int_custom_property(BLESSED_PROPERTY, 1 if result.blessed else 0)
         out.set_string_custom_property(BACKEND_PROPERTY, result.backend)

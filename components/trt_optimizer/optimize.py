@@ -11,15 +11,29 @@ is kept, or the original when nothing wins:
   xla-frozen   variables frozen to constants, then XLA (compiles graphs whose
                shape arguments come from variables, e.g. onnx2tf transposes)
   frozen       variables frozen to constants, Grappler-optimized, no XLA
+  tflite       serving_default converted to TFLite (builtin ops, fp32) and
+               written as ``model.tflite`` beside the untouched SavedModel
 
 TF Serving runs XLA on CPU only with --xla_cpu_compilation_enabled=true, so an
 XLA choice records that flag and keeps ``serving_default_noxla`` beside it.
+
+TF Serving serves ``model.tflite`` from a SavedModel folder only with
+--prefer_tflite_model=true (marked experimental in TF Serving), through its
+TfLiteSession: one single-threaded interpreter per pool, builtin ops only. It
+pays off for small models, where TF's per-call Session::Run cost (about 0.25
+ms on a 2-core host, whatever the graph) is most of the latency. Under that
+flag the server exposes the signatures inside model.tflite: only
+serving_default (tf.Example parsing stays in the SavedModel); without the
+flag it serves the SavedModel as before. So a TFLite choice records the flag,
+and the report says what it serves; ``candidates`` can leave TFLite out for
+fleets that do not run experimental flags.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +45,7 @@ import numpy as np
 
 from tfx_bridge.components.trt_optimizer.detect import Probe
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError, OptimizerError
+from tfx_bridge.savedmodel import TFLITE_FILE, TFLITE_FLAG, XLA_FLAG
 
 SERVING_DIR = "Format-Serving"
 SERVING_SIGNATURE = "serving_default"
@@ -40,7 +55,6 @@ REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 REPORT_PNG = "latency.png"
 IMPORTER_REPORT = "report.json"
-XLA_FLAG = "--xla_cpu_compilation_enabled=true"
 PRECISIONS = ("fp32", "fp16", "int8")
 BACKEND_ORIGINAL = "original"
 BACKEND_TENSORRT = "tensorrt"
@@ -176,7 +190,7 @@ def drift(reference: Dict[str, np.ndarray], candidate: Dict[str, np.ndarray], at
     out = []
     for name in sorted(reference):
         r, g = np.asarray(reference[name]), np.asarray(candidate.get(name))
-        if g.shape != r.shape:
+        if g.shape != r.shape or g.dtype != r.dtype:  # a changed contract is drift too
             out.append(Drift(name, str(r.dtype), float("inf"), float("inf"), int(r.size), None,
                              False))
             continue
@@ -198,10 +212,30 @@ def drift(reference: Dict[str, np.ndarray], candidate: Dict[str, np.ndarray], at
     return out
 
 
-def _call(fn, feeds) -> Dict[str, np.ndarray]:
+@dataclasses.dataclass
+class Servable:
+    """A candidate as its runtime calls it: ``prepare`` turns numpy feeds into the
+    runtime's own inputs once, outside the timed calls."""
+    call: Callable
+    prepare: Callable[[Dict[str, np.ndarray]], Dict]
+
+    def outputs(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        return {k: np.asarray(v) for k, v in self.call(**self.prepare(feeds)).items()}
+
+
+def load_servable(saved_model_dir: str, flags: Sequence[str] = ()) -> Servable:
+    """The serving_default a TF Serving started with ``flags`` would run."""
     import tensorflow as tf
-    result = fn(**{k: tf.constant(v) for k, v in feeds.items()})
-    return {k: v.numpy() for k, v in result.items()}
+
+    if TFLITE_FLAG in flags:
+        # TF Serving's TfLiteSession runs each interpreter on one thread.
+        interpreter = tf.lite.Interpreter(
+            model_path=os.path.join(saved_model_dir, TFLITE_FILE), num_threads=1)
+        runner = interpreter.get_signature_runner(SERVING_SIGNATURE)
+        return Servable(runner, lambda feeds: {k: np.ascontiguousarray(v)
+                                               for k, v in feeds.items()})
+    fn = tf.saved_model.load(saved_model_dir).signatures[SERVING_SIGNATURE]
+    return Servable(fn, lambda feeds: {k: tf.constant(v) for k, v in feeds.items()})
 
 
 # --------------------------------------------------------------------------- candidates
@@ -257,8 +291,31 @@ def build_cpu_candidate(name: str, loaded, out_dir: str) -> List[str]:
     return flags
 
 
-CPU_CANDIDATES = ("xla-cpu", "xla-frozen", "frozen")
-_BACKEND = {"xla-cpu": "xla-cpu", "xla-frozen": "xla-cpu", "frozen": "grappler-cpu"}
+def build_tflite_candidate(source: str, out_dir: str) -> List[str]:
+    """The SavedModel copied unchanged, plus serving_default as ``model.tflite``
+    (builtin ops only: TF Serving's TfLiteSession has no Flex kernels)."""
+    import tensorflow as tf
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(source,
+                                                         signature_keys=[SERVING_SIGNATURE])
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    try:
+        flatbuffer = converter.convert()
+    except Exception as e:  # ConverterError: name the ops TFLite lacks, not the MLIR dump
+        missing = re.search(r"TF Select ops: ([^\n]+)", str(e))
+        if missing:
+            raise OptimizerError(f"TFLite builtins lack {missing.group(1).strip()} (TF "
+                                 "Serving's TFLite runtime has no Flex ops)") from e
+        raise
+    shutil.copytree(source, out_dir)
+    with open(os.path.join(out_dir, TFLITE_FILE), "wb") as f:
+        f.write(flatbuffer)
+    return [TFLITE_FLAG]
+
+
+CPU_CANDIDATES = ("xla-cpu", "xla-frozen", "frozen", "tflite")
+_BACKEND = {"xla-cpu": "xla-cpu", "xla-frozen": "xla-cpu", "frozen": "grappler-cpu",
+            "tflite": "tflite-cpu"}
 
 
 # --------------------------------------------------------------------------- optimize
@@ -270,11 +327,14 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
              batches: Sequence[int] = DEFAULT_BATCHES, probe: Optional[Probe] = None,
              op_denylist: Sequence[str] = DEFAULT_OP_DENYLIST,
              extra_candidates: Optional[Dict[str, Callable]] = None,
-             trt_options: Optional[dict] = None) -> OptimizeResult:
+             trt_options: Optional[dict] = None,
+             candidates: Optional[Sequence[str]] = None) -> OptimizeResult:
     """Optimizes ``model_path`` into ``output_dir`` (the Model artifact layout).
 
-    ``extra_candidates`` maps a name to ``builder(loaded, out_dir) -> flags``
-    (tests use it to offer a deliberately perturbed variant to the drift gate).
+    ``candidates`` picks which of ``CPU_CANDIDATES`` are tried on a host
+    without TensorRT (default: all). ``extra_candidates`` maps a name to
+    ``builder(loaded, out_dir) -> flags`` (tests use it to offer a
+    deliberately perturbed variant to the drift gate).
     """
     import tensorflow as tf
 
@@ -284,6 +344,11 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
         raise OptimizerConfigError(f"precision {precision!r}: use one of {PRECISIONS}.")
     if not 0.0 < topk_threshold <= 1.0:
         raise OptimizerConfigError(f"topk_threshold must be in (0, 1], got {topk_threshold}.")
+    cpu_candidates = CPU_CANDIDATES if candidates is None else tuple(candidates)
+    unknown = sorted(set(cpu_candidates) - set(CPU_CANDIDATES))
+    if unknown:
+        raise OptimizerConfigError(f"unknown candidates {unknown}: use some of "
+                                   f"{list(CPU_CANDIDATES)}.")
     source = resolve_saved_model(model_path)
     probe = probe or detect.probe()
     start = time.perf_counter()
@@ -294,7 +359,8 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
                    for b in batches}
     held_out = {b: representative_inputs(specs, b, seed=2, examples_dir=examples_dir)
                 for b in batches}
-    reference = {b: _call(fn, held_out[b]) for b in batches}
+    original_servable = Servable(fn, lambda feeds: {k: tf.constant(v) for k, v in feeds.items()})
+    reference = {b: original_servable.outputs(held_out[b]) for b in batches}
 
     serving_dir = os.path.join(output_dir, SERVING_DIR)
     if os.path.exists(serving_dir):
@@ -302,8 +368,8 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
     os.makedirs(output_dir, exist_ok=True)
     results: List[CandidateResult] = []
     base = CandidateResult("original", BACKEND_ORIGINAL, [])
-    base.latency = [measure(fn, {k: tf.constant(v) for k, v in bench_feeds[b].items()},
-                            iterations) for b in batches]
+    base.latency = [measure(fn, original_servable.prepare(bench_feeds[b]), iterations)
+                    for b in batches]
     base.drift = drift(reference[batches[0]], reference[batches[0]], atol, rtol, topk_threshold)
     results.append(base)
 
@@ -317,7 +383,9 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
                     f"precision {precision} needs TensorRT, which cannot run here "
                     f"({probe.why_not()}); use --precision fp32 on this host.")
             builders = {name: (lambda loaded, out, name=name: build_cpu_candidate(
-                name, loaded, out)) for name in CPU_CANDIDATES}
+                name, loaded, out)) for name in cpu_candidates if name != "tflite"}
+            if "tflite" in cpu_candidates:
+                builders["tflite"] = lambda loaded, out: build_tflite_candidate(source, out)
         builders.update(extra_candidates or {})
         folders = {}
         for name, builder in builders.items():
@@ -325,12 +393,11 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
             result = CandidateResult(name, _BACKEND.get(name, name), [])
             try:
                 result.serving_flags = list(builder(original, out))
-                candidate = tf.saved_model.load(out).signatures[SERVING_SIGNATURE]
-                result.latency = [measure(candidate, {k: tf.constant(v) for k, v in
-                                                      bench_feeds[b].items()}, iterations)
-                                  for b in batches]
+                candidate = load_servable(out, result.serving_flags)
+                result.latency = [measure(candidate.call, candidate.prepare(bench_feeds[b]),
+                                          iterations) for b in batches]
                 for b in batches:
-                    result.drift += drift(reference[b], _call(candidate, held_out[b]), atol,
+                    result.drift += drift(reference[b], candidate.outputs(held_out[b]), atol,
                                           rtol, topk_threshold)
                 folders[name] = out
             except Exception as e:  # a candidate that does not build is reported, not fatal
@@ -464,6 +531,7 @@ def build_report(results, chosen, probe: Probe, precision, batches, atol, rtol, 
                      "available": probe.tensorrt, "gpus": probe.gpus,
                      "linked_version": probe.linked_version,
                      "why_not": probe.why_not() or None},
+        "serving_notes": serving_notes(chosen.serving_flags),
         "latency_before_ms": before,
         "latency_after_ms": after,
         "tolerance": {"atol": atol, "rtol": rtol, "topk_agreement": topk},
@@ -471,6 +539,20 @@ def build_report(results, chosen, probe: Probe, precision, batches, atol, rtol, 
         "seconds": round(seconds, 2),
         "candidates": [dataclasses.asdict(r) | {"passed": r.passed} for r in results],
     }
+
+
+def serving_notes(flags: Sequence[str]) -> List[str]:
+    """What each serving flag the kept model needs means for the server."""
+    notes = []
+    if XLA_FLAG in flags:
+        notes.append(f"TF Serving needs `{XLA_FLAG}` for the XLA-compiled serving_default; "
+                     f"`{NOXLA_SIGNATURE}` is kept for servers without it.")
+    if TFLITE_FLAG in flags:
+        notes.append(f"TF Serving serves `{TFLITE_FILE}` only with `{TFLITE_FLAG}` "
+                     f"(experimental in TF Serving); under it the server exposes "
+                     f"{SERVING_SIGNATURE} only ({EXAMPLE_SIGNATURE} stays in the SavedModel). "
+                     "Without the flag it serves the unchanged SavedModel.")
+    return notes
 
 
 def write_report(output_dir: str, report: dict, results: List[CandidateResult]) -> None:
@@ -482,9 +564,8 @@ def write_report(output_dir: str, report: dict, results: List[CandidateResult]) 
              f"{report['precision']}", ""]
     if not report["tensorrt"]["ran"]:
         lines += [f"TensorRT did not run: {report['tensorrt']['why_not']}.", ""]
-    if report["serving_flags"]:
-        lines += [f"TF Serving needs: `{' '.join(report['serving_flags'])}` "
-                  f"(`{NOXLA_SIGNATURE}` is kept for servers without it).", ""]
+    lines += [f"- {note}" for note in report["serving_notes"]] + (
+        [""] if report["serving_notes"] else [])
     lines += ["| candidate | backend | " + " | ".join(
         f"p50 b{b} ms | p99 b{b} ms" for b in report["batches"]) + " | drift ok | note |",
         "|---|---|" + "---|---|" * len(report["batches"]) + "---|---|"]

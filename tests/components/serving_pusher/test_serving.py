@@ -257,3 +257,45 @@ def test_push_identical_model_adds_no_version(models, tmp_path):
     assert "no new version" in again.reason
     assert serving.versions(os.path.join(base, "ctr")) == [1]
     assert serving.push(models["b"], base, "ctr").version == 2  # a changed model does
+
+
+def _with_tflite(source: str, folder: str, tflite_from: str) -> str:
+    """``source`` copied, plus ``model.tflite`` converted from ``tflite_from``."""
+    import shutil
+
+    shutil.copytree(source, folder)
+    converter = tf.lite.TFLiteConverter.from_saved_model(tflite_from,
+                                                         signature_keys=["serving_default"])
+    with open(os.path.join(folder, serving.TFLITE_FILE), "wb") as f:
+        f.write(converter.convert())
+    return folder
+
+
+def test_push_tflite_model_warmed_through_tflite_and_flag_in_manifest(models, tmp_path):
+    model = _with_tflite(models["a"], str(tmp_path / "lite"), models["a"])
+    base = str(tmp_path / "serving")
+    result = serving.push(model, base, "ctr", warmup_records=4,
+                          serving_flags=[serving.TFLITE_FLAG])
+    assert result.pushed, result.reason
+    assert result.details["warmup"]["tflite"]["requests"] == 4  # replayed through model.tflite
+    assert os.path.exists(os.path.join(base, "ctr", "1", serving.TFLITE_FILE))
+    assert f"- {serving.TFLITE_FLAG}" in open(os.path.join(base, serving.K8S_MANIFEST)).read()
+    # A later push that needs no flag, and a rollback, keep the flag: version 1 needs it.
+    assert serving.push(models["b"], base, "ctr").pushed
+    serving.rollback(base, "ctr", 1)
+    assert serving.manifest_flags(base) == [serving.TFLITE_FLAG]
+
+
+def test_push_tflite_not_matching_savedmodel_refused(models, tmp_path):
+    # model.tflite converted from a model whose input is named "features", not "x".
+    model = _with_tflite(models["a"], str(tmp_path / "lite"), models["renamed"])
+    result = serving.push(model, str(tmp_path / "serving"), "ctr")
+    assert not result.pushed
+    assert "model.tflite does not match the SavedModel's serving_default" in result.reason
+    assert "'features'" in result.reason
+
+
+def test_push_unknown_serving_flag_refused(models, tmp_path):
+    with pytest.raises(PusherConfigError, match=r"flags \['--enable_magic'\].*known"):
+        serving.push(models["a"], str(tmp_path / "serving"), "ctr",
+                     serving_flags=["--enable_magic"])

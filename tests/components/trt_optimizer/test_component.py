@@ -35,7 +35,8 @@ def test_pipeline_importer_then_optimizer_records_backend(tmp_path):
     model = [m for m in runner.latest_artifacts(metadata, "Model") if "TrtOptimizer" in m.uri][0]
     props = model.custom_properties
     assert props["blessed"].int_value == 1
-    assert props["backend"].string_value in ("original", "xla-cpu", "grappler-cpu")
+    assert props["backend"].string_value in ("original", "xla-cpu", "grappler-cpu",
+                                             "tflite-cpu")
     assert props["requires_gpu"].int_value == 0
     assert props["precision"].string_value == "fp32"
     assert props["latency_p50_ms_before"].double_value > 0
@@ -49,3 +50,10 @@ def test_component_bad_precision_refused():
     from tfx.types import channel, standard_artifacts
     with pytest.raises(OptimizerConfigError, match=r"precision 'bf16'"):
         TrtOptimizer(model=channel.Channel(type=standard_artifacts.Model), precision="bf16")
+
+
+def test_component_unknown_candidate_refused():
+    from tfx.types import channel, standard_artifacts
+    with pytest.raises(OptimizerConfigError, match=r"unknown candidates \['tvm'\]"):
+        TrtOptimizer(model=channel.Channel(type=standard_artifacts.Model),
+                     candidates=["tflite", "tvm"])

@@ -35,6 +35,19 @@ def imported_moe(tmp_path_factory):
     return str(folder / "model")
 
 
+@pytest.fixture(scope="module")
+def imported_mlp(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mlp")
+    weights = str(folder / "mlp.pt")
+    torch.save(demo_models.build("mlp").state_dict(), weights)
+    _, _, inputs, outputs = demo_models.REFERENCE_MODELS["mlp"]
+    result = convert.import_model(
+        convert.ModelSource("state_dict", weights, "tfx_bridge.pipelines.demo_models:MLP"),
+        signature.parse_input_specs(inputs), outputs, str(folder / "model"))
+    assert result.blessed
+    return str(folder / "model")
+
+
 def _perturbed(loaded, out):
     """A fast variant that is wrong: XLA over frozen weights, scores nudged by 1e-3."""
     flags = optimize.build_cpu_candidate("xla-frozen", loaded, out + "_inner")
@@ -77,6 +90,8 @@ def test_cpu_path_end_to_end_rejects_perturbed_candidate(imported_moe, tmp_path)
     bad = [d for d in by_name["perturbed"]["drift"] if not d["ok"]]
     assert bad and all(d["output"] == "score" for d in bad)
     assert report["candidate"] != "perturbed" and result.blessed
+    # GELU's Erf is not a TFLite builtin: the candidate is reported, not fatal.
+    assert "TFLite builtins lack Erf" in by_name["tflite"]["error"]
     assert report["tensorrt"]["ran"] is False and result.backend != "tensorrt"
     assert result.requires_gpu is False
     if result.backend == "xla-cpu":
@@ -93,6 +108,53 @@ def test_cpu_path_end_to_end_rejects_perturbed_candidate(imported_moe, tmp_path)
     b = new.signatures["serving_default"](x=tf.constant(x))
     np.testing.assert_array_equal(a["experts"].numpy(), b["experts"].numpy())
     np.testing.assert_allclose(a["score"].numpy(), b["score"].numpy(), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_tflite_candidate_matches_original_and_keeps_savedmodel(imported_mlp, tmp_path):
+    out = str(tmp_path / "opt")
+    result = optimize.optimize(imported_mlp, out, iterations=30, candidates=["tflite"])
+    lite = next(c for c in result.report["candidates"] if c["name"] == "tflite")
+    assert lite["passed"] and lite["error"] is None and len(lite["latency"]) == 2
+    assert result.blessed and result.backend in ("original", "tflite-cpu")
+    serving_dir = os.path.join(out, "Format-Serving")
+    # Whatever was kept, the SavedModel is there (servers without the flag serve it).
+    sigs = tf.saved_model.load(serving_dir).signatures
+    assert {"serving_default", "serving_tf_example"} <= set(sigs)
+    if result.backend == "tflite-cpu":
+        assert result.serving_flags == [optimize.TFLITE_FLAG]
+        assert "serving_tf_example stays in the SavedModel" in result.report["serving_notes"][0]
+        servable = optimize.load_servable(serving_dir, result.serving_flags)
+        x = np.random.default_rng(3).normal(size=(7, 8)).astype(np.float32)
+        want = sigs["serving_default"](x=tf.constant(x))["logits"].numpy()
+        np.testing.assert_allclose(servable.outputs({"x": x})["logits"], want, atol=1e-5)
+
+
+def test_choose_fastest_passing_candidate_or_original():
+    def cand(name, p50s, ok=True):
+        r = optimize.CandidateResult(name, name, [])
+        r.latency = [optimize.Latency(b, p, p) for b, p in zip((1, 32), p50s, strict=True)]
+        r.drift = [optimize.Drift("y", "float32", 0.0, 0.0, 0, None, ok)]
+        return r
+
+    base = cand("original", (1.0, 2.0))
+    fast_wrong = cand("fast-wrong", (0.1, 0.2), ok=False)
+    tflite = cand("tflite", (0.05, 1.5))
+    xla = cand("xla-cpu", (0.5, 0.6))
+    assert optimize.choose([base, fast_wrong, tflite, xla], trt=False).name == "tflite"
+    assert optimize.choose([base, fast_wrong, cand("slow", (1.1, 2.1))],
+                           trt=False).name == "original"
+
+
+def test_drift_changed_dtype_is_drift():
+    ref = {"experts": np.array([[0, 1]], np.int64)}
+    [d] = optimize.drift(ref, {"experts": ref["experts"].astype(np.int32)}, 1e-4, 0.0, 1.0)
+    assert not d.ok
+
+
+def test_optimize_unknown_candidate_refused(imported_mlp, tmp_path):
+    with pytest.raises(OptimizerConfigError, match=r"unknown candidates \['onnxruntime'\]"):
+        optimize.optimize(imported_mlp, str(tmp_path / "o"), candidates=["onnxruntime"])
 
 
 def test_drift_integer_outputs_exact_or_topk_threshold():
@@ -136,6 +198,6 @@ def test_cli_optimize_json_reports_backend(imported_moe, tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary["backend"] in ("original", "xla-cpu", "grappler-cpu")
+    assert summary["backend"] in ("original", "xla-cpu", "grappler-cpu", "tflite-cpu")
     assert summary["tensorrt_ran"] is False and summary["requires_gpu"] is False
     assert "TensorRT: not used" in proc.stderr
