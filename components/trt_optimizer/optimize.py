@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from tfx_bridge.components.trt_optimizer import tflite
 from tfx_bridge.components.trt_optimizer.detect import Probe
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError, OptimizerError
 from tfx_bridge.savedmodel import TFLITE_FILE, TFLITE_FLAG, XLA_FLAG
@@ -89,6 +89,7 @@ class CandidateResult:
     latency: List[Latency] = dataclasses.field(default_factory=list)
     drift: List[Drift] = dataclasses.field(default_factory=list)
     error: Optional[str] = None
+    notes: List[str] = dataclasses.field(default_factory=list)  # rewrites applied
 
     @property
     def passed(self) -> bool:
@@ -173,6 +174,31 @@ def measure(fn: Callable, feeds: Dict, iterations: int, warmup: int = 10) -> Lat
     batch = int(next(iter(feeds.values())).shape[0])
     return Latency(batch, float(np.percentile(times, 50) * 1e3),
                    float(np.percentile(times, 99) * 1e3))
+
+
+def measure_interleaved(calls: Dict[str, tuple], iterations: int, rounds: int = 10,
+                        warmup: int = 10) -> Dict[str, Latency]:
+    """``measure`` for several ``name: (fn, feeds)`` at once, in interleaved rounds, so
+    a noisy moment on a shared host lands on every candidate, not on one."""
+    times: Dict[str, List[float]] = {name: [] for name in calls}
+    for fn, feeds in calls.values():
+        for _ in range(warmup):
+            fn(**feeds)
+    per_round = max(1, iterations // rounds)
+    order = list(calls)
+    for r in range(rounds):
+        for name in order[r % len(order):] + order[:r % len(order)]:
+            fn, feeds = calls[name]
+            for _ in range(per_round):
+                start = time.perf_counter()
+                fn(**feeds)
+                times[name].append(time.perf_counter() - start)
+    out = {}
+    for name, (_, feeds) in calls.items():
+        batch = int(next(iter(feeds.values())).shape[0])
+        out[name] = Latency(batch, float(np.percentile(times[name], 50) * 1e3),
+                            float(np.percentile(times[name], 99) * 1e3))
+    return out
 
 
 def _topk_agreement(ref: np.ndarray, got: np.ndarray) -> float:
@@ -291,28 +317,6 @@ def build_cpu_candidate(name: str, loaded, out_dir: str) -> List[str]:
     return flags
 
 
-def build_tflite_candidate(source: str, out_dir: str) -> List[str]:
-    """The SavedModel copied unchanged, plus serving_default as ``model.tflite``
-    (builtin ops only: TF Serving's TfLiteSession has no Flex kernels)."""
-    import tensorflow as tf
-
-    converter = tf.lite.TFLiteConverter.from_saved_model(source,
-                                                         signature_keys=[SERVING_SIGNATURE])
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    try:
-        flatbuffer = converter.convert()
-    except Exception as e:  # ConverterError: name the ops TFLite lacks, not the MLIR dump
-        missing = re.search(r"TF Select ops: ([^\n]+)", str(e))
-        if missing:
-            raise OptimizerError(f"TFLite builtins lack {missing.group(1).strip()} (TF "
-                                 "Serving's TFLite runtime has no Flex ops)") from e
-        raise
-    shutil.copytree(source, out_dir)
-    with open(os.path.join(out_dir, TFLITE_FILE), "wb") as f:
-        f.write(flatbuffer)
-    return [TFLITE_FLAG]
-
-
 CPU_CANDIDATES = ("xla-cpu", "xla-frozen", "frozen", "tflite")
 _BACKEND = {"xla-cpu": "xla-cpu", "xla-frozen": "xla-cpu", "frozen": "grappler-cpu",
             "tflite": "tflite-cpu"}
@@ -368,8 +372,6 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
     os.makedirs(output_dir, exist_ok=True)
     results: List[CandidateResult] = []
     base = CandidateResult("original", BACKEND_ORIGINAL, [])
-    base.latency = [measure(fn, original_servable.prepare(bench_feeds[b]), iterations)
-                    for b in batches]
     base.drift = drift(reference[batches[0]], reference[batches[0]], atol, rtol, topk_threshold)
     results.append(base)
 
@@ -385,24 +387,33 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
             builders = {name: (lambda loaded, out, name=name: build_cpu_candidate(
                 name, loaded, out)) for name in cpu_candidates if name != "tflite"}
             if "tflite" in cpu_candidates:
-                builders["tflite"] = lambda loaded, out: build_tflite_candidate(source, out)
+                builders["tflite"] = lambda loaded, out: tflite.build(source, out)
         builders.update(extra_candidates or {})
-        folders = {}
+        folders, servables = {}, {base.name: original_servable}
         for name, builder in builders.items():
             out = os.path.join(work, name)
             result = CandidateResult(name, _BACKEND.get(name, name), [])
             try:
-                result.serving_flags = list(builder(original, out))
+                built = builder(original, out)
+                if isinstance(built, tflite.Built):
+                    result.serving_flags, result.notes = built.flags, built.notes
+                else:
+                    result.serving_flags = list(built)
                 candidate = load_servable(out, result.serving_flags)
-                result.latency = [measure(candidate.call, candidate.prepare(bench_feeds[b]),
-                                          iterations) for b in batches]
                 for b in batches:
                     result.drift += drift(reference[b], candidate.outputs(held_out[b]), atol,
                                           rtol, topk_threshold)
-                folders[name] = out
+                folders[name], servables[name] = out, candidate
             except Exception as e:  # a candidate that does not build is reported, not fatal
                 result.error = _short_error(e)
             results.append(result)
+        by_name = {r.name: r for r in results}
+        for b in batches:
+            timed = measure_interleaved(
+                {name: (s.call, s.prepare(bench_feeds[b])) for name, s in servables.items()},
+                iterations)
+            for name, latency in timed.items():
+                by_name[name].latency.append(latency)
 
         chosen = choose(results, trt=probe.can_run_tensorrt)
         if chosen.name == "original":
@@ -424,7 +435,7 @@ def _short_error(e: Exception) -> str:
     """The informative line of a TF error (the first is often 'Graph execution error:')."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     useful = [ln for ln in lines if not ln.startswith(("Graph execution error", "Detected at",
-                                                          "File ", "  "))]
+                                                          "File ", "  ", "<stack traces"))]
     return f"{type(e).__name__}: {(useful or lines or [''])[0][:300]}"
 
 
@@ -532,6 +543,7 @@ def build_report(results, chosen, probe: Probe, precision, batches, atol, rtol, 
                      "linked_version": probe.linked_version,
                      "why_not": probe.why_not() or None},
         "serving_notes": serving_notes(chosen.serving_flags),
+        "rewrites": chosen.notes,
         "latency_before_ms": before,
         "latency_after_ms": after,
         "tolerance": {"atol": atol, "rtol": rtol, "topk_agreement": topk},
@@ -564,8 +576,8 @@ def write_report(output_dir: str, report: dict, results: List[CandidateResult]) 
              f"{report['precision']}", ""]
     if not report["tensorrt"]["ran"]:
         lines += [f"TensorRT did not run: {report['tensorrt']['why_not']}.", ""]
-    lines += [f"- {note}" for note in report["serving_notes"]] + (
-        [""] if report["serving_notes"] else [])
+    notes = report["serving_notes"] + [f"Rewrite: {r}" for r in report["rewrites"]]
+    lines += [f"- {note}" for note in notes] + ([""] if notes else [])
     lines += ["| candidate | backend | " + " | ".join(
         f"p50 b{b} ms | p99 b{b} ms" for b in report["batches"]) + " | drift ok | note |",
         "|---|---|" + "---|---|" * len(report["batches"]) + "---|---|"]
