@@ -20,12 +20,15 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
-from typing import List
+from typing import List, Sequence, Tuple
 
 from tfx_bridge.components.trt_optimizer.errors import OptimizerError
 from tfx_bridge.savedmodel import TFLITE_FILE, TFLITE_FLAG
@@ -166,10 +169,10 @@ def _save_lowered(source: str, out_dir: str) -> int:
     return count
 
 
-def build(source: str, out_dir: str) -> Built:
-    """``source`` (a SavedModel folder) copied unchanged to ``out_dir``, plus
-    serving_default as ``model.tflite``; raises OptimizerError naming the ops
-    TFLite lacks when it cannot be built from builtins."""
+def convert(source: str) -> Tuple[bytes, List[str]]:
+    """serving_default of ``source`` as a TFLite flatbuffer of builtin ops, and the
+    rewrites applied; raises OptimizerError naming the ops TFLite lacks. In this
+    process: ``build`` runs it in a child one."""
     notes: List[str] = []
     try:
         flatbuffer = _convert(source)
@@ -192,10 +195,53 @@ def build(source: str, out_dir: str) -> Built:
                     f"TFLite builtins lack {', '.join(still or missing)}, even after "
                     "lowering Erf (TF Serving's TFLite runtime has no Flex ops)") from e2
         notes.append(f"{ERF_NOTE} ({count} node{'s' if count != 1 else ''})")
-    shutil.copytree(source, out_dir)
-    with open(os.path.join(out_dir, TFLITE_FILE), "wb") as f:
+    return flatbuffer, notes
+
+
+def build(source: str, out_dir: str) -> Built:
+    """``source`` (a SavedModel folder) copied unchanged to ``out_dir``, plus
+    serving_default as ``model.tflite``; raises OptimizerError naming the ops
+    TFLite lacks when it cannot be built from builtins.
+
+    The converter runs in a child process: MLIR prints its diagnostics
+    straight to the process's stderr, and a converter crash must not take the
+    executor down."""
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with tempfile.TemporaryDirectory(prefix="tfx-bridge-tflite-") as tmp:
+        target = os.path.join(tmp, TFLITE_FILE)
+        proc = subprocess.run([sys.executable, "-m", __name__, source, target],
+                              capture_output=True, text=True, timeout=1800, env=env)
+        line = next((ln for ln in reversed(proc.stdout.splitlines())
+                     if ln.startswith(_RESULT)), None)
+        if line is None:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise OptimizerError(f"TFLite conversion crashed (exit {proc.returncode}): {tail}")
+        result = json.loads(line[len(_RESULT):])
+        if result["error"]:
+            raise OptimizerError(result["error"])
+        shutil.copytree(source, out_dir)
+        shutil.copyfile(target, os.path.join(out_dir, TFLITE_FILE))
+    return Built([TFLITE_FLAG], result["notes"])
+
+
+_RESULT = "TFLITE_RESULT "
+__all__ = ["Built", "build", "convert", "lower_erf"]
+
+
+def main(argv: Sequence[str]) -> int:
+    """Child process of ``build``: convert ``argv[0]`` into the file ``argv[1]``."""
+    source, target = argv
+    try:
+        flatbuffer, notes = convert(source)
+    except OptimizerError as e:
+        print(_RESULT + json.dumps({"error": str(e), "notes": []}))
+        return 0
+    with open(target, "wb") as f:
         f.write(flatbuffer)
-    return Built([TFLITE_FLAG], notes)
+    print(_RESULT + json.dumps({"error": None, "notes": notes}))
+    return 0
 
 
-__all__ = ["Built", "build", "lower_erf"]
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
