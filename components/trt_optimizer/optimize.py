@@ -320,6 +320,8 @@ def build_cpu_candidate(name: str, loaded, out_dir: str) -> List[str]:
 CPU_CANDIDATES = ("xla-cpu", "xla-frozen", "frozen", "tflite")
 _BACKEND = {"xla-cpu": "xla-cpu", "xla-frozen": "xla-cpu", "frozen": "grappler-cpu",
             "tflite": "tflite-cpu"}
+# What the ``backend`` property can say on a host without TensorRT.
+CPU_BACKENDS = (BACKEND_ORIGINAL, *sorted(set(_BACKEND.values())))
 
 
 # --------------------------------------------------------------------------- optimize
