@@ -21,31 +21,29 @@ from tfx_bridge.pipelines import demo_models  # noqa: E402
 PROBE = detect.probe()
 
 
-@pytest.fixture(scope="module")
-def imported_moe(tmp_path_factory):
-    """The top-k MoE imported once: a Model artifact folder."""
-    folder = tmp_path_factory.mktemp("moe")
-    weights = str(folder / "moe.pt")
-    torch.save(demo_models.build("moe").state_dict(), weights)
-    _, _, inputs, outputs = demo_models.REFERENCE_MODELS["moe"]
+def _import(tmp_path_factory, name: str) -> str:
+    """Reference model ``name`` imported: a Model artifact folder."""
+    folder = tmp_path_factory.mktemp(name)
+    weights = str(folder / f"{name}.pt")
+    torch.save(demo_models.build(name).state_dict(), weights)
+    cls, _, inputs, outputs = demo_models.REFERENCE_MODELS[name]
     result = convert.import_model(
-        convert.ModelSource("state_dict", weights, "tfx_bridge.pipelines.demo_models:TopKMoE"),
+        convert.ModelSource("state_dict", weights,
+                            f"tfx_bridge.pipelines.demo_models:{cls.__name__}"),
         signature.parse_input_specs(inputs), outputs, str(folder / "model"))
     assert result.blessed
     return str(folder / "model")
+
+
+@pytest.fixture(scope="module")
+def imported_moe(tmp_path_factory):
+    """The top-k MoE imported once (module scope: several tests optimize it)."""
+    return _import(tmp_path_factory, "moe")
 
 
 @pytest.fixture(scope="module")
 def imported_mlp(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("mlp")
-    weights = str(folder / "mlp.pt")
-    torch.save(demo_models.build("mlp").state_dict(), weights)
-    _, _, inputs, outputs = demo_models.REFERENCE_MODELS["mlp"]
-    result = convert.import_model(
-        convert.ModelSource("state_dict", weights, "tfx_bridge.pipelines.demo_models:MLP"),
-        signature.parse_input_specs(inputs), outputs, str(folder / "model"))
-    assert result.blessed
-    return str(folder / "model")
+    return _import(tmp_path_factory, "mlp")
 
 
 def _perturbed(loaded, out):
