@@ -8,6 +8,7 @@ Verbs call the same cores as the components' executors. Every verb takes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -36,6 +37,29 @@ def _quiet_libraries() -> None:
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     from absl import logging as absl_logging
     absl_logging.set_verbosity(absl_logging.ERROR)
+
+
+PIPELINE_LOG = "pipeline.log"
+
+
+@contextlib.contextmanager
+def _native_logs_to(path: Optional[str]):
+    """XLA, MLIR and Beam's workers write to file descriptor 2 directly, past Python's
+    logging; unless --debug, fd 2 goes to ``path`` while the pipeline runs."""
+    if path is None:
+        yield
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 class Progress:
@@ -290,10 +314,13 @@ def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
     card = train_demo_model.train(folders[-1], research, steps=args.train_steps)
     progress(f"Trained the demo CtrMoE model ({card['steps']} steps, loss "
              f"{card['final_loss']}) into {research}")
-    result = runner.run_full(workdir, data_root, research,
-                             os.path.join(workdir, runner.SERVING_DIR))
+    log = None if args.debug else os.path.join(workdir, PIPELINE_LOG)
+    with _native_logs_to(log):
+        result = runner.run_full(workdir, data_root, research,
+                                 os.path.join(workdir, runner.SERVING_DIR))
     progress("Ran ParquetExampleGen -> StatisticsGen -> ImportSchemaGen -> SchemaGuard -> "
-             "PyTorchModelImporter -> TrtOptimizer -> Evaluator -> ServingPusher")
+             "PyTorchModelImporter -> TrtOptimizer -> Evaluator -> ServingPusher"
+             + (f"; library logs in {log}" if log else ""))
     _print_run_summary(result)
     progress("Done")
     result["data_root"] = data_root
@@ -316,10 +343,13 @@ def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.pipelines import runner
 
     progress = Progress(2, enabled=not args.quiet)
-    result = runner.run_full(os.path.abspath(args.workdir), args.data_root, args.model_source,
-                             args.serving_base_path, model_name=args.model_name,
-                             evaluate=not args.no_evaluate)
-    progress("Pipeline run finished")
+    workdir = os.path.abspath(args.workdir)
+    log = None if args.debug else os.path.join(workdir, PIPELINE_LOG)
+    with _native_logs_to(log):
+        result = runner.run_full(workdir, args.data_root, args.model_source,
+                                 args.serving_base_path, model_name=args.model_name,
+                                 evaluate=not args.no_evaluate)
+    progress("Pipeline run finished" + (f"; library logs in {log}" if log else ""))
     _print_run_summary(result)
     progress("Done")
     return result
