@@ -75,6 +75,9 @@ def test_cli_demo_runs_full_pipeline_and_prints_summary(tmp_path):
     for line in ("SchemaGuard: clean", "Pushed: version 1", "Prediction of the pushed model"):
         assert line in proc.stdout
     assert "[4/4] Done" in proc.stderr
+    # Native library logs went to the workdir's log, not the terminal.
+    assert (tmp_path / "w" / cli.PIPELINE_LOG).exists() and "library logs in" in proc.stderr
+    assert not [ln for ln in proc.stderr.splitlines() if ln.startswith(("I0000", "W0000"))]
 
 
 def _ingest_demo(tmp_path, table=None):
