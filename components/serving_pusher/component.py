@@ -50,11 +50,13 @@ class ServingPusher(base_component.BaseComponent):
     ``blessed``, SchemaGuard's, the importer's, Evaluator's ModelBlessing,
     InfraBlessing); loads the model in a fresh process and refuses a
     ``serving_default`` that breaks the served version's contract (renamed or
-    removed inputs, dtype changes) or a model the target cannot run; writes
-    warmup requests and replays them; stages, fsyncs and renames to the next
-    integer version under a lock; writes models.config (labels stable/canary),
-    batching_parameters.txt, monitoring.config and a Kubernetes manifest; keeps
-    the newest versions and every labeled one.
+    removed inputs, dtype changes) or a model the target cannot run; checks a
+    ``model.tflite`` beside the SavedModel against its ``serving_default``;
+    writes warmup requests and replays them (through model.tflite too);
+    stages, fsyncs and renames to the next integer version under a lock;
+    writes models.config (labels stable/canary), batching_parameters.txt,
+    monitoring.config and a Kubernetes manifest; keeps the newest versions and
+    every labeled one.
 
     Outputs:
       pushed_model: ``standard_artifacts.PushedModel`` with ``pushed`` (1/0),

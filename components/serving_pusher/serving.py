@@ -7,6 +7,7 @@ No TFX imports. Layout (a contract in DESIGN.md)::
   <base>/monitoring.config           MonitoringConfig (Prometheus)
   <base>/serving.k8s.yaml            Deployment + Service for tensorflow/serving
   <base>/<name>/<version>/           complete SavedModel + assets.extra/tf_serving_warmup_requests
+                                     (+ model.tflite, served under --prefer_tflite_model=true)
   <base>/<name>/.staging-*/          in-progress pushes (never integer-named: Serving skips them)
   <base>/<name>/.state.json          labels and the highest version ever issued
   <base>/<name>/.push.lock           serializes concurrent pushers
