@@ -254,9 +254,13 @@ def load_servable(saved_model_dir: str, flags: Sequence[str] = ()) -> Servable:
     import tensorflow as tf
 
     if TFLITE_FLAG in flags:
-        # TF Serving's TfLiteSession runs each interpreter on one thread.
+        # TF Serving's TfLiteSession runs each interpreter on one thread, with
+        # BuiltinOpResolver's kernels; no delegate, so what is timed and drift-checked
+        # here is the floor of what the server runs.
         interpreter = tf.lite.Interpreter(
-            model_path=os.path.join(saved_model_dir, TFLITE_FILE), num_threads=1)
+            model_path=os.path.join(saved_model_dir, TFLITE_FILE), num_threads=1,
+            experimental_op_resolver_type=(
+                tf.lite.experimental.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
         runner = interpreter.get_signature_runner(SERVING_SIGNATURE)
         return Servable(runner, lambda feeds: {k: np.ascontiguousarray(v)
                                                for k, v in feeds.items()})
