@@ -119,6 +119,7 @@ def create_pipeline(
     evaluate: bool = True,
     auc_floor: float = 0.5,
     optimizer_iterations: int = 50,
+    optimizer_candidates: Optional[Sequence[str]] = None,
     beam_pipeline_args: Optional[List[str]] = None,
     enable_cache: bool = True,
 ) -> tfx_pipeline.Pipeline:
@@ -130,6 +131,8 @@ def create_pipeline(
     blessed model; AUC must not drop) -> ServingPusher. Every gate's blessing
     goes to the pusher. Only resolver strategies KubeflowV2DagRunner compiles
     are used (LatestBlessedModelStrategy), and no InfraValidator.
+    ``optimizer_candidates`` restricts TrtOptimizer's CPU candidates (e.g.
+    without ``"tflite"`` where servers cannot run ``--prefer_tflite_model``).
     """
     from tfx_bridge.components.pytorch_model_importer import PyTorchModelImporter
     from tfx_bridge.components.serving_pusher import ServingPusher
@@ -151,7 +154,8 @@ def create_pipeline(
     importer.add_upstream_node(schema_guard)
     optimizer = TrtOptimizer(model=importer.outputs["model"],
                              examples=example_gen.outputs["examples"],
-                             iterations=optimizer_iterations)
+                             iterations=optimizer_iterations,
+                             candidates=optimizer_candidates)
     components = [example_gen, statistics_gen, schema_gen, schema_guard, research, importer,
                   optimizer]
     blessing = None
