@@ -30,6 +30,7 @@ fleets that do not run experimental flags.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -381,7 +382,8 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
     base.drift = drift(reference[batches[0]], reference[batches[0]], atol, rtol, topk_threshold)
     results.append(base)
 
-    with tempfile.TemporaryDirectory(prefix="tfx-bridge-optimize-") as work:
+    with tempfile.TemporaryDirectory(prefix="tfx-bridge-optimize-") as work, \
+            engines_only(probe.can_run_tensorrt):
         if probe.can_run_tensorrt:
             builders = {BACKEND_TENSORRT: lambda loaded, out: convert_tensorrt(
                 source, out, precision, bench_feeds, op_denylist, trt_options or {})}
@@ -523,10 +525,27 @@ def convert_tensorrt(source: str, out: str, precision: str, feeds: Dict[int, Dic
                     if ln.startswith("TRT_SUMMARY ")), "")
     with open(os.path.join(out, "trt_summary.txt"), "w") as f:
         f.write(summary)
-    # Validation runs with native-segment fallback off, so a drift check proves
-    # the engines ran rather than TF's own kernels.
-    os.environ["TF_TRT_ALLOW_ENGINE_NATIVE_SEGMENT_EXECUTION"] = "False"
     return []
+
+
+NATIVE_SEGMENT_ENV = "TF_TRT_ALLOW_ENGINE_NATIVE_SEGMENT_EXECUTION"
+
+
+@contextlib.contextmanager
+def engines_only(active: bool):
+    """While validating a TF-TRT build: native-segment fallback off, so a drift check
+    proves the engines ran rather than TF's own kernels. The executor's environment
+    is restored afterwards (other components may run in this process)."""
+    before = os.environ.get(NATIVE_SEGMENT_ENV)
+    if active:
+        os.environ[NATIVE_SEGMENT_ENV] = "False"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(NATIVE_SEGMENT_ENV, None)
+        else:
+            os.environ[NATIVE_SEGMENT_ENV] = before
 
 
 # --------------------------------------------------------------------------- report

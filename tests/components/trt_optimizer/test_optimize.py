@@ -145,6 +145,17 @@ def test_choose_fastest_passing_candidate_or_original():
                            trt=False).name == "original"
 
 
+def test_engines_only_sets_then_restores_environment(monkeypatch):
+    monkeypatch.setenv(optimize.NATIVE_SEGMENT_ENV, "True")
+    with optimize.engines_only(True):
+        assert os.environ[optimize.NATIVE_SEGMENT_ENV] == "False"
+    assert os.environ[optimize.NATIVE_SEGMENT_ENV] == "True"
+    monkeypatch.delenv(optimize.NATIVE_SEGMENT_ENV)
+    with pytest.raises(RuntimeError), optimize.engines_only(True):
+        raise RuntimeError("validation failed")
+    assert optimize.NATIVE_SEGMENT_ENV not in os.environ
+
+
 def test_drift_changed_dtype_is_drift():
     ref = {"experts": np.array([[0, 1]], np.int64)}
     [d] = optimize.drift(ref, {"experts": ref["experts"].astype(np.int32)}, 1e-4, 0.0, 1.0)
