@@ -29,12 +29,11 @@ import fcntl
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 import uuid
 from typing import Dict, List, Optional, Sequence
 
+from tfx_bridge import child
 from tfx_bridge.components.serving_pusher.errors import (
     PusherConfigError,
     PusherError,
@@ -131,16 +130,12 @@ print("INSPECT " + json.dumps(out))
 def inspect_model(saved_model_dir: str, warmup_file: str = "") -> dict:
     """Loads the SavedModel in a fresh process: signatures, and warmup replayed;
     the same for ``model.tflite`` when the folder has one (``"tflite"``)."""
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    proc = subprocess.run([sys.executable, "-c", _INSPECT, saved_model_dir, warmup_file,
-                           TFLITE_FILE],
-                          capture_output=True, text=True, timeout=900, env=env)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("INSPECT ")), None)
-    if proc.returncode != 0 or line is None:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise PushRefused(f"{saved_model_dir} does not load in a fresh process: {tail}")
-    return json.loads(line[len("INSPECT "):])
+    result = child.run_python(["-c", _INSPECT, saved_model_dir, warmup_file, TFLITE_FILE],
+                              "INSPECT ", timeout=900)
+    if result.returncode != 0 or result.payload is None:
+        raise PushRefused(f"{saved_model_dir} does not load in a fresh process: "
+                          f"{result.stderr_tail}")
+    return result.payload
 
 
 def serving_signature(saved_model_dir: str, name: str = "serving_default") -> dict:

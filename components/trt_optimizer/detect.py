@@ -12,11 +12,10 @@ No TFX imports.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import subprocess
-import sys
 from typing import Optional
+
+from tfx_bridge import child
 
 _PROBE = r"""
 import json, os
@@ -67,18 +66,13 @@ class Probe:
 
 def probe(timeout_s: int = 300) -> Probe:
     """Runs the probe in a child process; a crash there is reported, never inherited."""
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
-                              timeout=timeout_s, env=env)
+        result = child.run_python(["-c", _PROBE], "TRT_PROBE ", timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return Probe(False, 0, None, None, f"the TensorRT probe timed out after {timeout_s}s")
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("TRT_PROBE ")), None)
-    if proc.returncode != 0 or line is None:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return Probe(False, 0, None, None,
-                     f"the TensorRT probe died (exit {proc.returncode}): {tail}")
-    found = json.loads(line[len("TRT_PROBE "):])
+    found = result.payload
+    if result.returncode != 0 or found is None:
+        return Probe(False, 0, None, None, f"the TensorRT probe died (exit "
+                     f"{result.returncode}): {result.stderr_tail}")
     return Probe(found["tensorrt"], int(found["gpus"]), found["linked"], found["loaded"],
                  found["reason"])

@@ -35,14 +35,13 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from tfx_bridge import child
 from tfx_bridge.components.trt_optimizer import tflite
 from tfx_bridge.components.trt_optimizer.detect import Probe
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError, OptimizerError
@@ -516,15 +515,13 @@ def convert_tensorrt(source: str, out: str, precision: str, feeds: Dict[int, Dic
         "feeds": {str(b): {k: v.tolist() for k, v in f.items()} for b, f in feeds.items()},
         "dtypes": {k: str(v.dtype) for k, v in next(iter(feeds.values())).items()},
     }
-    proc = subprocess.run([sys.executable, "-c", _TRT_WORKER, json.dumps(spec)],
-                          capture_output=True, text=True, timeout=3600)
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise OptimizerError(f"TF-TRT conversion failed (exit {proc.returncode}): {tail}")
-    summary = next((json.loads(ln[len("TRT_SUMMARY "):]) for ln in proc.stdout.splitlines()
-                    if ln.startswith("TRT_SUMMARY ")), "")
+    result = child.run_python(["-c", _TRT_WORKER, json.dumps(spec)], "TRT_SUMMARY ",
+                              timeout=3600)
+    if result.returncode != 0:
+        raise OptimizerError(f"TF-TRT conversion failed (exit {result.returncode}): "
+                             f"{result.stderr_tail}")
     with open(os.path.join(out, "trt_summary.txt"), "w") as f:
-        f.write(summary)
+        f.write(result.payload or "")
     return []
 
 

@@ -25,11 +25,11 @@ import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from typing import List, Sequence, Tuple
 
+from tfx_bridge import child
 from tfx_bridge.components.trt_optimizer.errors import OptimizerError
 from tfx_bridge.savedmodel import TFLITE_FILE, TFLITE_FLAG
 
@@ -206,18 +206,13 @@ def build(source: str, out_dir: str) -> Built:
     The converter runs in a child process: MLIR prints its diagnostics
     straight to the process's stderr, and a converter crash must not take the
     executor down."""
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with tempfile.TemporaryDirectory(prefix="tfx-bridge-tflite-") as tmp:
         target = os.path.join(tmp, TFLITE_FILE)
-        proc = subprocess.run([sys.executable, "-m", __name__, source, target],
-                              capture_output=True, text=True, timeout=1800, env=env)
-        line = next((ln for ln in reversed(proc.stdout.splitlines())
-                     if ln.startswith(_RESULT)), None)
-        if line is None:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise OptimizerError(f"TFLite conversion crashed (exit {proc.returncode}): {tail}")
-        result = json.loads(line[len(_RESULT):])
+        run = child.run_python(["-m", __name__, source, target], _RESULT, timeout=1800)
+        if run.payload is None:
+            raise OptimizerError(f"TFLite conversion crashed (exit {run.returncode}): "
+                                 f"{run.stderr_tail}")
+        result = run.payload
         if result["error"]:
             raise OptimizerError(result["error"])
         shutil.copytree(source, out_dir)
