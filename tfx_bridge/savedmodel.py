@@ -11,6 +11,10 @@ from __future__ import annotations
 import os
 from typing import Type
 
+# The signatures every imported model has (DESIGN.md): tensors in, and serialized
+# tf.Examples in (for Evaluator and tf.Example clients).
+SERVING_SIGNATURE = "serving_default"
+EXAMPLE_SIGNATURE = "serving_tf_example"
 # TF Serving runs XLA-compiled (jit_compile) functions on CPU only with this flag.
 XLA_FLAG = "--xla_cpu_compilation_enabled=true"
 # With this flag TF Serving serves TFLITE_FILE from the SavedModel folder when present

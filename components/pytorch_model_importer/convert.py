@@ -46,12 +46,11 @@ from tfx_bridge.components.pytorch_model_importer.errors import (
     missing_extra,
 )
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
+from tfx_bridge.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 
 SERVING_DIR = "Format-Serving"
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
-SERVING_SIGNATURE = "serving_default"
-EXAMPLE_SIGNATURE = "serving_tf_example"
 EXAMPLE_INPUT = "examples"
 DEFAULT_OPSET = 17
 MIN_OPSET = 14

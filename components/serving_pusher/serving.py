@@ -39,7 +39,7 @@ from tfx_bridge.components.serving_pusher.errors import (
     PusherError,
     PushRefused,
 )
-from tfx_bridge.savedmodel import SERVER_FLAGS, TFLITE_FILE, TFLITE_FLAG
+from tfx_bridge.savedmodel import SERVER_FLAGS, SERVING_SIGNATURE, TFLITE_FILE, TFLITE_FLAG
 
 MODELS_CONFIG = "models.config"
 BATCHING_FILE = "batching_parameters.txt"
@@ -138,7 +138,7 @@ def inspect_model(saved_model_dir: str, warmup_file: str = "") -> dict:
     return result.payload
 
 
-def serving_signature(saved_model_dir: str, name: str = "serving_default") -> dict:
+def serving_signature(saved_model_dir: str, name: str = SERVING_SIGNATURE) -> dict:
     """A signature's inputs/outputs read from saved_model.pb (no graph is loaded)."""
     from tfx_bridge.savedmodel import signature_specs
 
@@ -187,7 +187,7 @@ def check_tflite(inspected: dict, saved_model_sig: dict) -> None:
     with the SavedModel's input and output names and dtypes."""
     if not inspected.get("tflite"):
         return
-    lite = inspected["tflite"]["signatures"].get("serving_default")
+    lite = inspected["tflite"]["signatures"].get(SERVING_SIGNATURE)
     if lite is None:
         raise PushRefused(f"{TFLITE_FILE} has no serving_default signature (it has "
                           f"{sorted(inspected['tflite']['signatures'])}); a server with "
@@ -225,7 +225,7 @@ def check_target(target: str, requires_gpu: bool, serving_flags: Sequence[str]) 
 
 
 def write_warmup(path: str, model_name: str, signature: dict, feeds: Sequence[Dict],
-                 signature_name: str = "serving_default") -> int:
+                 signature_name: str = SERVING_SIGNATURE) -> int:
     """assets.extra/tf_serving_warmup_requests: PredictionLog records (at most 1000)."""
     import tensorflow as tf
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2

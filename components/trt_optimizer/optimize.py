@@ -45,12 +45,16 @@ from tfx_bridge import child
 from tfx_bridge.components.trt_optimizer import tflite
 from tfx_bridge.components.trt_optimizer.detect import Probe
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError, OptimizerError
-from tfx_bridge.savedmodel import TFLITE_FILE, TFLITE_FLAG, XLA_FLAG
+from tfx_bridge.savedmodel import (
+    EXAMPLE_SIGNATURE,
+    SERVING_SIGNATURE,
+    TFLITE_FILE,
+    TFLITE_FLAG,
+    XLA_FLAG,
+)
 
 SERVING_DIR = "Format-Serving"
-SERVING_SIGNATURE = "serving_default"
 NOXLA_SIGNATURE = "serving_default_noxla"
-EXAMPLE_SIGNATURE = "serving_tf_example"
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 REPORT_PNG = "latency.png"
@@ -164,16 +168,7 @@ def representative_inputs(specs, batch: int, seed: int, examples_dir: Optional[s
 
 def measure(fn: Callable, feeds: Dict, iterations: int, warmup: int = 10) -> Latency:
     """p50/p99 of wall time per call, after warm-up (XLA compiles in the warm-up)."""
-    for _ in range(warmup):
-        fn(**feeds)
-    times = []
-    for _ in range(iterations):
-        start = time.perf_counter()
-        fn(**feeds)
-        times.append(time.perf_counter() - start)
-    batch = int(next(iter(feeds.values())).shape[0])
-    return Latency(batch, float(np.percentile(times, 50) * 1e3),
-                   float(np.percentile(times, 99) * 1e3))
+    return measure_interleaved({"": (fn, feeds)}, iterations, rounds=1, warmup=warmup)[""]
 
 
 def measure_interleaved(calls: Dict[str, tuple], iterations: int, rounds: int = 10,
@@ -264,7 +259,13 @@ def load_servable(saved_model_dir: str, flags: Sequence[str] = ()) -> Servable:
         runner = interpreter.get_signature_runner(SERVING_SIGNATURE)
         return Servable(runner, lambda feeds: {k: np.ascontiguousarray(v)
                                                for k, v in feeds.items()})
-    fn = tf.saved_model.load(saved_model_dir).signatures[SERVING_SIGNATURE]
+    return tf_servable(tf.saved_model.load(saved_model_dir).signatures[SERVING_SIGNATURE])
+
+
+def tf_servable(fn) -> Servable:
+    """A TF signature function, fed tf.constants made once outside the timed calls."""
+    import tensorflow as tf
+
     return Servable(fn, lambda feeds: {k: tf.constant(v) for k, v in feeds.items()})
 
 
@@ -369,7 +370,7 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
                    for b in batches}
     held_out = {b: representative_inputs(specs, b, seed=2, examples_dir=examples_dir)
                 for b in batches}
-    original_servable = Servable(fn, lambda feeds: {k: tf.constant(v) for k, v in feeds.items()})
+    original_servable = tf_servable(fn)
     reference = {b: original_servable.outputs(held_out[b]) for b in batches}
 
     serving_dir = os.path.join(output_dir, SERVING_DIR)
