@@ -43,19 +43,21 @@ PIPELINE_LOG = "pipeline.log"
 
 
 @contextlib.contextmanager
-def _native_logs_to(path: Optional[str]):
+def _library_logs(workdir: str, debug: bool):
     """XLA, MLIR and Beam's workers write to file descriptor 2 directly, past Python's
-    logging; unless --debug, fd 2 goes to ``path`` while the pipeline runs."""
-    if path is None:
-        yield
+    logging; unless ``debug``, fd 2 goes to <workdir>/pipeline.log while the pipeline
+    runs. Yields the note for the progress line ("" with ``debug``)."""
+    if debug:
+        yield ""
         return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    path = os.path.join(workdir, PIPELINE_LOG)
+    os.makedirs(workdir, exist_ok=True)
     sys.stderr.flush()
     saved = os.dup(2)
     with open(path, "ab") as log:
         os.dup2(log.fileno(), 2)
     try:
-        yield
+        yield f"; library logs in {path}"
     finally:
         sys.stderr.flush()
         os.dup2(saved, 2)
@@ -314,13 +316,11 @@ def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
     card = train_demo_model.train(folders[-1], research, steps=args.train_steps)
     progress(f"Trained the demo CtrMoE model ({card['steps']} steps, loss "
              f"{card['final_loss']}) into {research}")
-    log = None if args.debug else os.path.join(workdir, PIPELINE_LOG)
-    with _native_logs_to(log):
+    with _library_logs(workdir, args.debug) as logs:
         result = runner.run_full(workdir, data_root, research,
                                  os.path.join(workdir, runner.SERVING_DIR))
     progress("Ran ParquetExampleGen -> StatisticsGen -> ImportSchemaGen -> SchemaGuard -> "
-             "PyTorchModelImporter -> TrtOptimizer -> Evaluator -> ServingPusher"
-             + (f"; library logs in {log}" if log else ""))
+             "PyTorchModelImporter -> TrtOptimizer -> Evaluator -> ServingPusher" + logs)
     _print_run_summary(result)
     progress("Done")
     result["data_root"] = data_root
@@ -344,12 +344,11 @@ def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
 
     progress = Progress(2, enabled=not args.quiet)
     workdir = os.path.abspath(args.workdir)
-    log = None if args.debug else os.path.join(workdir, PIPELINE_LOG)
-    with _native_logs_to(log):
+    with _library_logs(workdir, args.debug) as logs:
         result = runner.run_full(workdir, args.data_root, args.model_source,
                                  args.serving_base_path, model_name=args.model_name,
                                  evaluate=not args.no_evaluate)
-    progress("Pipeline run finished" + (f"; library logs in {log}" if log else ""))
+    progress("Pipeline run finished" + logs)
     _print_run_summary(result)
     progress("Done")
     return result
