@@ -78,6 +78,9 @@ setup(
             "sne4onnx==1.0.15",
             "tf-keras>=2.16,<2.17",
         ],
+        # Test-only: the importer's zoo of mainstream architectures (random weights,
+        # nothing downloaded).
+        "zoo": ["torchvision>=0.20,<0.21", "transformers>=4.40,<4.47"],
         # Compiling pipelines for Kubeflow Pipelines (KubeflowV2DagRunner).
         "kfp": ["kfp>=2.5,<2.6"],
         "dev": ["pytest>=7", "ruff>=0.4"],

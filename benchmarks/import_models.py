@@ -1,64 +1,164 @@
-"""Conversion benchmark: every reference model through PyTorchModelImporter.
+"""Conversion benchmark: the importer against plain onnx2tf, on the zoo and the reference models.
 
-For each model in tfx_bridge.pipelines.demo_models.REFERENCE_MODELS (and the
-demo CtrMoE): export + onnx2tf + wrap + verify time, and the largest float
-error against torch and onnxruntime at batch sizes 1, 7 and 32 (integer
-outputs must match exactly). Figures go into docs/BENCHMARKS.md.
+For each model of the importer's test zoo (tests/components/pytorch_model_importer/zoo.py:
+torchvision, torch.nn, HF transformers and the recommender shapes) and each
+reference model in tfx_bridge.pipelines.demo_models:
 
-    .venv/bin/python benchmarks/import_models.py
+- PyTorchModelImporter: the rewrites it applied, export + convert seconds, and
+  the largest float error against torch and onnxruntime at batch 1, 7 and 32
+  (integer outputs must match exactly);
+- plain onnx2tf: what a user gets by hand, ``torch.onnx.export`` (eval,
+  no_grad, dynamic batch, opset 17) then the ``onnx2tf -osd`` defaults, checked
+  against onnxruntime at the same batch sizes (NCHW inputs fed as the NHWC
+  onnx2tf makes of them). "converted" means equivalent at all three sizes.
+
+Figures go into docs/BENCHMARKS.md.
+
+    .venv/bin/python benchmarks/import_models.py [--json] [--only NAME ...]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
 from tfx_bridge.pipelines import demo_models  # noqa: E402
 
+ZOO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests",
+                       "components", "pytorch_model_importer")
+sys.path.insert(0, os.path.abspath(ZOO_DIR))
+import zoo  # noqa: E402
+from test_zoo import hand_over  # noqa: E402
+
+BATCHES = (1, 7, 32)
+
+
+def _models():
+    """name -> (category, builder, inputs, outputs, hand_over(folder) -> ModelSource)."""
+    out = {}
+    for name, entry in zoo.ZOO.items():
+        out[name] = (entry.category, entry.build, entry.inputs, entry.outputs,
+                     lambda folder, n=name: hand_over(n, folder))
+    for name, (cls, kwargs, inputs, outputs) in demo_models.REFERENCE_MODELS.items():
+        def source(folder, n=name, c=cls, k=kwargs):
+            path = os.path.join(folder, f"{n}.pt")
+            torch.save(demo_models.build(n).state_dict(), path)
+            return convert.ModelSource("state_dict", path,
+                                       f"tfx_bridge.pipelines.demo_models:{c.__name__}", k)
+        out[f"ref_{name}"] = (f"reference ({cls.__name__})",
+                              lambda n=name: demo_models.build(n), inputs, outputs, source)
+    return out
+
+
+def _plain(build, inputs, outputs, work) -> str:
+    """What plain torch.onnx.export + onnx2tf defaults give: a verdict string."""
+    import onnxruntime as ort
+    import tensorflow as tf
+
+    specs = signature.parse_input_specs(inputs)
+    sample = tuple(torch.from_numpy(v) for v in signature.make_inputs(specs, 2).values())
+    onnx_path = os.path.join(work, "plain.onnx")
+    try:
+        with torch.no_grad():
+            torch.onnx.export(build(), sample, onnx_path, input_names=[s.name for s in specs],
+                              output_names=outputs, opset_version=17, dynamo=False,
+                              dynamic_axes={n: {0: "batch"}
+                                            for n in [s.name for s in specs] + outputs})
+    except Exception as e:
+        return f"export fails ({convert.error_text(e)[:80]})"
+    out_dir = os.path.join(work, "plain_tf")
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep
+               + os.environ.get("PATH", ""))
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "onnx2tf"), "-i",
+                           onnx_path, "-o", out_dir, "-osd", "-n"], capture_output=True,
+                          text=True, env=env, cwd=work, timeout=1800)
+    if not os.path.exists(os.path.join(out_dir, "saved_model.pb")):
+        text = (proc.stdout + proc.stderr).strip().splitlines()
+        reason = next((ln for ln in reversed(text) if "Error" in ln or "error" in ln),
+                      text[-1] if text else "no output")
+        return f"conversion fails ({reason.strip()[:80]})"
+    fn = tf.saved_model.load(out_dir).signatures["serving_default"]
+    session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    keys = sorted(fn.structured_outputs, key=lambda k: int("".join(c for c in k if c.isdigit())
+                                                             or 0))
+    for batch in BATCHES:
+        feeds = signature.make_inputs(specs, batch)
+        want = session.run(None, feeds)
+        tf_feeds = {}
+        for name, spec in fn.structured_input_signature[1].items():
+            value = feeds[name]
+            if value.ndim == 4 and tuple(spec.shape[1:]) != value.shape[1:]:
+                value = value.transpose(0, 2, 3, 1)  # onnx2tf's default NHWC input
+            tf_feeds[name] = tf.constant(value)
+        try:
+            got = fn(**tf_feeds)
+        except Exception as e:
+            return f"crashes at batch {batch} ({convert.error_text(e)[:70]})"
+        for ref, key in zip(want, keys, strict=False):
+            value = got[key].numpy()
+            if value.shape != ref.shape and value.ndim == 4:
+                value = value.transpose(0, 3, 1, 2)
+            if value.shape != ref.shape or not np.allclose(value, ref, atol=1e-4):
+                return f"wrong at batch {batch}"
+    return "converted"
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--only", nargs="*", default=None)
     args = parser.parse_args()
-    models = dict(demo_models.REFERENCE_MODELS)
-    models["ctr_moe"] = (demo_models.CtrMoE, {}, demo_models.CTR_INPUTS,
-                         demo_models.CTR_OUTPUTS)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, (cls, kwargs, inputs, outputs) in models.items():
-            torch.manual_seed(0)
-            path = os.path.join(tmp, f"{name}.pt")
-            torch.save(cls(**kwargs).eval().state_dict(), path)
-            source = convert.ModelSource("state_dict", path,
-                                         f"tfx_bridge.pipelines.demo_models:{cls.__name__}",
-                                         kwargs)
-            result = convert.import_model(source, signature.parse_input_specs(inputs), outputs,
-                                          os.path.join(tmp, name))
-            checks = result.report["checks"]
-            ints = [c for c in checks if c["dtype"].startswith("int")]
-            rows.append({
-                "model": name, "blessed": result.blessed, "seconds": result.report["seconds"],
-                "max_abs_vs_torch": max(c["max_abs"] for c in checks
-                                        if c["reference"] == "torch"
-                                        and not c["dtype"].startswith("int")),
-                "max_abs_vs_onnxruntime": max(c["max_abs"] for c in checks
-                                              if c["reference"] == "onnxruntime"
-                                              and not c["dtype"].startswith("int")),
-                "integer_outputs": ("exact" if ints and all(c["mismatches"] == 0 for c in ints)
-                                    else "mismatch" if ints else "none")})
-    print("| model | export s | convert s | verify s | max abs vs torch | max abs vs ORT "
-          "| integer outputs | blessed |\n|---|---|---|---|---|---|---|---|")
+    for name, (category, build, inputs, outputs, source) in _models().items():
+        if args.only and name not in args.only:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            specs = signature.parse_input_specs(inputs)
+            start = time.perf_counter()
+            try:
+                result = convert.import_model(source(tmp), specs, outputs,
+                                              os.path.join(tmp, "model"))
+                report = result.report
+                verdict = "yes" if result.blessed else "NO"
+            except Exception as e:
+                report, verdict = None, f"fails: {convert.error_text(e)[:80]}"
+            row = {"model": name, "category": category, "blessed": verdict,
+                   "seconds": round(time.perf_counter() - start, 1)}
+            if report is not None:
+                row["rewrites"] = [r["kind"] for r in report["rewrites"]]
+                row["convert_s"] = report["seconds"]["convert"]
+                for ref in ("torch", "onnxruntime"):
+                    row[ref] = {b: max((c["max_abs"] for c in report["checks"]
+                                        if c["reference"] == ref and c["batch"] == b
+                                        and c["max_abs"] is not None
+                                        and not c["dtype"].startswith(("int", "bool"))),
+                                       default=None) for b in BATCHES}
+            with tempfile.TemporaryDirectory() as work:
+                row["plain_onnx2tf"] = _plain(build, inputs, outputs, work)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+
+    def errs(row, ref):
+        values = row.get(ref) or {}
+        return " / ".join("-" if values.get(b) is None else f"{values[b]:.1g}" for b in BATCHES)
+
+    print("| model | category | rewrites applied | convert s | max abs vs torch (1 / 7 / 32) "
+          "| max abs vs ORT (1 / 7 / 32) | importer: equivalent | plain onnx2tf defaults |\n"
+          "|---|---|---|---|---|---|---|---|")
     for r in rows:
-        s = r["seconds"]
-        print(f"| {r['model']} | {s['export']} | {s['convert']} | {s['verify']} | "
-              f"{r['max_abs_vs_torch']:.2g} | {r['max_abs_vs_onnxruntime']:.2g} | "
-              f"{r['integer_outputs']} | {'yes' if r['blessed'] else 'NO'} |")
+        print(f"| {r['model']} | {r['category']} | {', '.join(r.get('rewrites', [])) or '-'} | "
+              f"{r.get('convert_s', '-')} | {errs(r, 'torch')} | {errs(r, 'onnxruntime')} | "
+              f"{r['blessed']} | {r['plain_onnx2tf']} |")
     if args.json:
         print(json.dumps(rows, sort_keys=True))
 

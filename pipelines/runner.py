@@ -39,6 +39,13 @@ def _custom(artifact, key: str) -> Optional[Any]:
     return value.string_value if value.HasField("string_value") else value.int_value
 
 
+def _float(artifact, key: str) -> Optional[float]:
+    """A float custom property, None when it was not recorded (never a default 0.0)."""
+    if key not in artifact.custom_properties:
+        return None
+    return artifact.custom_properties[key].double_value
+
+
 def run_data_demo(workdir: str, data_root: str,
                   beam_pipeline_args: Optional[List[str]] = None,
                   contract_path: Optional[str] = None) -> Dict[str, Any]:
@@ -124,7 +131,7 @@ def summarize(metadata_path: str, serving_base_path: str, model_name: str,
         "schema_guard": {"blessed": _custom(anomalies, "blessed"),
                          "findings": _custom(anomalies, "findings")},
         "conversion": {"blessed": _custom(imported, "blessed"),
-                       "max_abs_error": imported.custom_properties["max_abs_error"].double_value},
+                       "max_abs_error": _float(imported, "max_abs_error")},
         "optimizer": {"backend": _custom(optimized, "backend"),
                       "latency_p50_ms_before":
                           optimized.custom_properties["latency_p50_ms_before"].double_value,

@@ -190,15 +190,19 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
     progress = Progress(2, enabled=not args.quiet)
     result = convert.import_model(source, inputs, outputs, args.output, opset=args.opset,
                                   atol=args.atol, rtol=args.rtol, examples_dir=args.examples,
-                                  schema=schema)
+                                  schema=schema, graph_rewrites=not args.no_graph_rewrites)
     progress(f"Exported, converted and checked {source.kind} {source.path} in "
              f"{sum(result.report['seconds'].values()):.1f}s")
     print(convert.check_table(result.report["checks"]))
     verdict = "equivalent: blessed" if result.blessed else "NOT equivalent: not blessed"
     print(f"{verdict}. SavedModel: {result.serving_dir}")
+    for applied in result.report["rewrites"]:
+        print(f"Rewrite applied: {applied['kind']} ({len(applied['nodes'])} place(s)): "
+              f"{applied['why']}")
     progress("Done")
     return {"blessed": result.blessed, "serving_dir": os.path.abspath(result.serving_dir),
             "max_abs_error": result.report["max_abs_error"],
+            "rewrites": [r["kind"] for r in result.report["rewrites"]],
             "seconds": result.report["seconds"], "outputs": outputs,
             "_exit": EXIT_OK if result.blessed else EXIT_CHECK_FAILED}
 
@@ -288,7 +292,9 @@ def _print_run_summary(result: Dict[str, Any]) -> None:
     verdict = ("clean (blessed)" if guard["blessed"] == 1
                else f"NOT blessed ({guard['findings']} findings)")
     print(f"SchemaGuard: {verdict}")
-    print(f"Conversion: max abs error {result['conversion']['max_abs_error']:.3g} "
+    error = result["conversion"]["max_abs_error"]
+    error_text = "not measured" if error is None else format(error, ".3g")
+    print(f"Conversion: max abs error {error_text} "
           f"({'equivalent' if result['conversion']['blessed'] == 1 else 'NOT equivalent'})")
     opt = result["optimizer"]
     print(f"Optimizer: backend {opt['backend']}, p50 {opt['latency_p50_ms_before']:.3f} ms -> "
@@ -459,6 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Examples folder: check with real inputs instead of random ones")
     imp.add_argument("--schema", default=None,
                      help="schema the tf.Example signature must agree with")
+    imp.add_argument("--no-graph-rewrites", action="store_true",
+                     help="give onnx2tf the ONNX as exported (to see what the rewrites fix)")
     _add_common(imp)
     imp.set_defaults(func=cmd_import_model)
     opt = sub.add_parser("optimize", help="TrtOptimizer: TF-TRT, or the measured CPU path")

@@ -39,13 +39,16 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tfx_bridge.components.pytorch_model_importer import rewrite
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ConversionError,
     ImporterConfigError,
+    ImporterError,
     ModelSourceError,
     missing_extra,
 )
-from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
+from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
+from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec, make_inputs
 from tfx_bridge.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 
 SERVING_DIR = "Format-Serving"
@@ -171,23 +174,6 @@ def check_external_data(onnx_path: str) -> None:
 # --------------------------------------------------------------------------- inputs
 
 
-def make_inputs(inputs: Sequence[TensorSpec], batch: int, seed: int = 0
-                ) -> Dict[str, np.ndarray]:
-    """Random inputs within each spec's dtype and value range."""
-    rng = np.random.default_rng([seed, batch])
-    out = {}
-    for spec in inputs:
-        shape = spec.concrete_shape(batch)
-        lo, hi = spec.draw_range
-        if spec.dtype == "bool":
-            out[spec.name] = rng.integers(0, 2, shape).astype(bool)
-        elif spec.is_integer:
-            out[spec.name] = rng.integers(int(lo), int(hi) + 1, shape).astype(spec.dtype)
-        else:
-            out[spec.name] = rng.uniform(lo, hi, shape).astype(spec.dtype)
-    return out
-
-
 def inputs_from_examples(examples_dir: str, inputs: Sequence[TensorSpec], count: int
                          ) -> Optional[Dict[str, np.ndarray]]:
     """Up to ``count`` rows of real inputs parsed from an Examples folder."""
@@ -238,10 +224,17 @@ def _parse_examples(serialized, inputs: Sequence[TensorSpec]) -> Dict[str, objec
 
 
 def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str], path: str,
-                opset: int = DEFAULT_OPSET) -> None:
-    """torch.onnx.export with named inputs/outputs and a dynamic axis per -1."""
+                opset: int = DEFAULT_OPSET) -> List[Rewrite]:
+    """torch.onnx.export with named inputs/outputs and a dynamic axis per -1.
+
+    The fused attention fast path is off during export and fixed-width
+    EmbeddingBags are exported as gather + reduce (swaps.py); the changes made
+    are returned for the report.
+    """
     torch = _torch()
     onnx = _onnx()
+    from tfx_bridge.components.pytorch_model_importer import swaps
+
     if not MIN_OPSET <= opset <= 20:
         raise ImporterConfigError(f"opset {opset}: use {MIN_OPSET} to 20 (default 17).")
     sample = make_inputs(inputs, batch=2)
@@ -250,16 +243,19 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
                         for i, d in enumerate(s.shape) if d < 0} for s in inputs}
     for name in output_names:
         dynamic[name] = {0: "batch"}
+    fastpath = swaps.uses_fastpath_modules(module)
     try:
-        with torch.no_grad():
-            torch.onnx.export(module, args, path, input_names=[s.name for s in inputs],
+        with swaps.mha_fastpath_off(), swaps.dense_embedding_bags(module) as (exported, bags), \
+                torch.no_grad():
+            if not isinstance(exported, torch.jit.ScriptModule):
+                exported = swaps.Positional(exported)
+            torch.onnx.export(exported, args, path, input_names=[s.name for s in inputs],
                               output_names=list(output_names), dynamic_axes=dynamic,
                               opset_version=opset, do_constant_folding=True, dynamo=False)
+    except ImporterError:
+        raise
     except Exception as e:
-        raise ModelSourceError(
-            f"torch.onnx.export failed: {type(e).__name__}: {str(e).splitlines()[0]}. Check the "
-            "declared inputs match forward()'s arguments in order, and write data-dependent "
-            "control flow densely (e.g. top-k gates as topk + gather).") from e
+        raise ModelSourceError(_export_failure(e, inputs)) from e
     model = onnx.load(path)
     if len(model.graph.output) != len(output_names):
         raise ImporterConfigError(
@@ -267,6 +263,51 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
             f"{len(output_names)} --output-name were given ({list(output_names)}).")
     onnx.checker.check_model(model)
     onnx.save(onnx.shape_inference.infer_shapes(model), path)
+    applied = []
+    if fastpath:
+        applied.append(Rewrite(
+            swaps.MHA_FASTPATH_OFF, fastpath,
+            "exported with torch.backends.mha.set_fastpath_enabled(False): the fused "
+            "attention kernels have no ONNX form; the unfused ops compute the same"))
+    if bags:
+        applied.append(Rewrite(
+            swaps.EMBEDDING_BAG_DENSE, bags,
+            "nn.EmbeddingBag over fixed-width ids exported as gather + reduce (its ONNX "
+            "form is a Loop onnx2tf cannot convert); same weights, padding_idx left out"))
+    return applied
+
+
+def export_prefix(module) -> str:
+    """The scope prefix export_onnx's wrapper adds to node names ('' for TorchScript)."""
+    if module is None or isinstance(module, _torch().jit.ScriptModule):
+        return ""
+    from tfx_bridge.components.pytorch_model_importer import swaps
+
+    return swaps.WRAPPER_ATTRIBUTE + "."
+
+
+_FUSED_OPS = ("_transformer_encoder_layer_fwd", "_native_multi_head_attention")
+
+
+def _export_failure(error: Exception, inputs: Sequence[TensorSpec]) -> str:
+    """What torch.onnx.export's error means for the user, and the fix."""
+    text = str(error)
+    first = next((ln for ln in text.splitlines() if ln.strip()), type(error).__name__)
+    fused = next((op for op in _FUSED_OPS if op in text), None)
+    if fused:
+        return (f"torch.onnx.export met PyTorch's fused attention kernel aten::{fused}, which "
+                "has no ONNX form. The importer turns the fast path off while exporting, so "
+                "this TorchScript file was traced with it on: re-trace with "
+                "torch.backends.mha.set_fastpath_enabled(False) (or in train mode), or hand "
+                "over the state_dict with --module-class.")
+    if "embedding_bag" in text:
+        return (f"torch.onnx.export cannot export this compiled nn.EmbeddingBag ({first[:200]})."
+                " Hand over the state_dict with --module-class: the importer then exports "
+                "fixed-width bags as gather + reduce (padding_idx included).")
+    return (f"torch.onnx.export failed: {type(error).__name__}: {first[:500]}. Check the "
+            f"declared inputs ({', '.join(s.to_text() for s in inputs)}) match forward()'s "
+            "arguments in order, and write data-dependent control flow densely (e.g. top-k "
+            "gates as topk + gather).")
 
 
 def rename_onnx_io(src: str, dst: str, inputs: Sequence[TensorSpec],
@@ -302,19 +343,35 @@ def rename_onnx_io(src: str, dst: str, inputs: Sequence[TensorSpec],
 
 # --------------------------------------------------------------------------- convert
 
+# onnx2tf's own save path (output_signaturedefs) writes the SavedModel with
+# tf_keras' ExportArchive and then always converts it to two TFLite files, which
+# are thrown away here and cost about as much as the conversion. So the Keras
+# model is taken in memory (disable_model_save) and written the same way.
 _ONNX2TF_SCRIPT = """
 import sys
 import onnx2tf
 keep = [n for n in sys.argv[3].split(",") if n]
-onnx2tf.convert(input_onnx_file_path=sys.argv[1], output_folder_path=sys.argv[2],
-                output_signaturedefs=True, keep_shape_absolutely_input_names=keep or None,
-                non_verbose=True)
+model = onnx2tf.convert(input_onnx_file_path=sys.argv[1], output_folder_path=sys.argv[2],
+                        keep_shape_absolutely_input_names=keep or None, non_verbose=True,
+                        disable_model_save=True)
+import tensorflow as tf
+import tf_keras
+archive = tf_keras.export.ExportArchive()
+archive.add_endpoint(
+    name="serving_default", fn=lambda *inputs: model(inputs),
+    input_signature=[tf.TensorSpec(t.shape, t.dtype, t.name) for t in model.inputs])
+archive.write_out(sys.argv[2])
 """
 _FAILED_OP = re.compile(r"onnx_op_type:\s*(\S+)\s+onnx_op_name:\s*(\S+)")
 
 
-def convert_onnx_to_tf(onnx_path: str, workdir: str, inputs: Sequence[TensorSpec]) -> str:
-    """onnx2tf in a subprocess on a private copy; returns the SavedModel folder."""
+def convert_onnx_to_tf(onnx_path: str, workdir: str, inputs: Sequence[TensorSpec],
+                       types: Optional[Dict[str, str]] = None) -> str:
+    """onnx2tf in a subprocess on a private copy; returns the SavedModel folder.
+
+    ``types`` (qualified module name -> class) lets a failure name the PyTorch
+    module a node came from.
+    """
     try:
         import onnx2tf  # noqa: F401  (present? the subprocess imports it for real)
     except ImportError as e:
@@ -335,10 +392,11 @@ def convert_onnx_to_tf(onnx_path: str, workdir: str, inputs: Sequence[TensorSpec
         m = _FAILED_OP.search(text)
         last = [ln for ln in text.strip().splitlines() if ln.strip()][-1:] or ["(no output)"]
         if m:
+            node = rewrite.describe_node(m.group(1), m.group(2), types or {})
             raise ConversionError(
-                f"onnx2tf cannot convert ONNX op {m.group(1)} (node {m.group(2)}): {last[0]}. "
-                "Rewrite that part of the PyTorch model with supported ops (e.g. dense "
-                "topk + gather instead of nonzero/index routing) and re-export.")
+                f"onnx2tf cannot convert {node}: {last[0]}. Rewrite that part of the PyTorch "
+                "model with supported ops (e.g. dense topk + gather instead of nonzero/index "
+                "routing) and re-export.")
         raise ConversionError(f"onnx2tf failed (exit {proc.returncode}): {last[0]}")
     return out
 
@@ -425,14 +483,17 @@ def check_inputs_against_schema(inputs: Sequence[TensorSpec], schema) -> None:
 
 @dataclasses.dataclass
 class OutputCheck:
+    """One comparison; ``error`` (and None for the numbers) when a side raised instead."""
+
     batch: int
     output: str
     reference: str
     dtype: str
-    max_abs: float
-    max_rel: float
-    mismatches: int
+    max_abs: Optional[float]
+    max_rel: Optional[float]
+    mismatches: Optional[int]
     ok: bool
+    error: Optional[str] = None
 
 
 def _compare(ref: np.ndarray, got: np.ndarray, atol: float, rtol: float
@@ -453,13 +514,19 @@ def _compare(ref: np.ndarray, got: np.ndarray, atol: float, rtol: float
     return float(diff.max(initial=0)), float(rel.max(initial=0)), bad, bad == 0
 
 
+def _flatten_outputs(out) -> List:
+    """A model's outputs as a flat list (tuples/lists nested as nn.LSTM returns them)."""
+    if isinstance(out, (tuple, list)):
+        return [leaf for item in out for leaf in _flatten_outputs(item)]
+    return [out]
+
+
 def run_torch(module, feeds: Dict[str, np.ndarray], inputs: Sequence[TensorSpec]
               ) -> List[np.ndarray]:
     torch = _torch()
     with torch.no_grad():
         out = module(*[torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in inputs])
-    out = out if isinstance(out, (tuple, list)) else (out,)
-    return [o.detach().cpu().numpy() for o in out]
+    return [o.detach().cpu().numpy() for o in _flatten_outputs(out)]
 
 
 def run_ort(onnx_path: str, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
@@ -471,16 +538,41 @@ def run_ort(onnx_path: str, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
     return session.run(None, feeds)
 
 
+_NOISE = ("Graph execution error", "Detected at node", "Traceback", "File ", "[[", "{{",
+          "<stack traces unavailable>")
+
+
+def error_text(error: Exception) -> str:
+    """The informative line of an exception (TF's first lines are boilerplate)."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(_NOISE)]
+    text = (useful or lines or [""])[0]
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)
+    return f"{type(error).__name__}: {text[:300]}"
+
+
+def _failed(batch: int, names: Sequence[str], reference: str, dtypes: Sequence[str],
+            error: Exception) -> List[OutputCheck]:
+    message = error_text(error)
+    return [OutputCheck(batch, name, reference, dtype, None, None, None, False, message)
+            for name, dtype in zip(names, dtypes, strict=True)]
+
+
 def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],
            output_names: Sequence[str], torch_module=None, atol: float = DEFAULT_ATOL,
            rtol: float = 0.0, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
            real_inputs: Optional[Dict[str, np.ndarray]] = None) -> List[OutputCheck]:
-    """TF vs torch (when given) and vs onnxruntime, per batch size and output."""
+    """TF vs torch (when given) and vs onnxruntime, per batch size and output.
+
+    Never raises for a model that fails: a side that raises at a batch size is
+    a failed check carrying the error (the SavedModel is then not equivalent).
+    """
     import tensorflow as tf
 
     loaded = tf.saved_model.load(saved_model_dir)
     serve = loaded.signatures[SERVING_SIGNATURE]
     serve_examples = loaded.signatures[EXAMPLE_SIGNATURE]
+    unknown = ["unknown"] * len(output_names)
     checks: List[OutputCheck] = []
     for batch in batch_sizes:
         feeds = make_inputs(inputs, batch)
@@ -489,24 +581,54 @@ def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],
             if n:
                 take = np.arange(batch) % n
                 feeds = {k: v[take] for k, v in real_inputs.items()}
-        got = serve(**{k: tf.constant(v) for k, v in feeds.items()})
-        got = [got[name].numpy() for name in output_names]
-        refs = [("onnxruntime", run_ort(onnx_path, feeds))]
+        refs = []
+        runners = [("onnxruntime", lambda f=feeds: run_ort(onnx_path, f))]
         if torch_module is not None:
-            refs.insert(0, ("torch", run_torch(torch_module, feeds, inputs)))
+            runners.insert(0, ("torch", lambda f=feeds: run_torch(torch_module, f, inputs)))
+        for ref_name, run in runners:
+            try:
+                refs.append((ref_name, [np.asarray(r) for r in run()]))
+            except Exception as e:  # the reference itself cannot run this batch
+                checks.extend(_failed(batch, output_names, ref_name, unknown, e))
+        dtypes = [str(r.dtype) for r in refs[0][1]] if refs else unknown
+        try:
+            out = serve(**{k: tf.constant(v) for k, v in feeds.items()})
+            got = [out[name].numpy() for name in output_names]
+        except Exception as e:  # a SavedModel that crashes at this batch size
+            for ref_name, _ in refs:
+                checks.extend(_failed(batch, output_names, ref_name, dtypes, e))
+            continue
         for ref_name, ref_out in refs:
+            if len(ref_out) != len(output_names):
+                checks.extend(_failed(batch, output_names, ref_name, dtypes, ValueError(
+                    f"{ref_name} returned {len(ref_out)} outputs, {len(output_names)} declared")))
+                continue
             for name, r, g in zip(output_names, ref_out, got, strict=True):
-                max_abs, max_rel, bad, ok = _compare(np.asarray(r), g, atol, rtol)
-                checks.append(OutputCheck(batch, name, ref_name, str(np.asarray(r).dtype),
+                max_abs, max_rel, bad, ok = _compare(r, g, atol, rtol)
+                checks.append(OutputCheck(batch, name, ref_name, str(r.dtype),
                                           max_abs, max_rel, bad, ok))
         if batch == batch_sizes[min(1, len(batch_sizes) - 1)]:
-            serialized = examples_from_feeds(feeds, inputs)
-            via = serve_examples(**{EXAMPLE_INPUT: tf.constant(serialized)})
-            for name, g in zip(output_names, got, strict=True):
-                max_abs, max_rel, bad, ok = _compare(g, via[name].numpy(), atol, rtol)
-                checks.append(OutputCheck(batch, name, SERVING_SIGNATURE + " via tf.Example",
-                                          str(g.dtype), max_abs, max_rel, bad, ok))
+            via_name = SERVING_SIGNATURE + " via tf.Example"
+            try:
+                serialized = examples_from_feeds(feeds, inputs)
+                via = serve_examples(**{EXAMPLE_INPUT: tf.constant(serialized)})
+                via = [via[name].numpy() for name in output_names]
+            except Exception as e:
+                checks.extend(_failed(batch, output_names, via_name,
+                                      [str(g.dtype) for g in got], e))
+                continue
+            for name, g, v in zip(output_names, got, via, strict=True):
+                max_abs, max_rel, bad, ok = _compare(g, v, atol, rtol)
+                checks.append(OutputCheck(batch, name, via_name, str(g.dtype), max_abs,
+                                          max_rel, bad, ok))
     return checks
+
+
+def max_float_error(checks: Sequence[OutputCheck]) -> Optional[float]:
+    """The largest measured error over float outputs; None when none was measured."""
+    measured = [c.max_abs for c in checks if c.max_abs is not None
+                and not c.dtype.startswith(("int", "uint", "bool", "unknown"))]
+    return max(measured) if measured else None
 
 
 def examples_from_feeds(feeds: Dict[str, np.ndarray], inputs: Sequence[TensorSpec]
@@ -544,29 +666,43 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
                  atol: float = DEFAULT_ATOL, rtol: float = 0.0,
                  batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
                  examples_dir: Optional[str] = None, schema=None,
-                 tamper_onnx=None) -> ImportResult:
+                 tamper_onnx=None, graph_rewrites: bool = True) -> ImportResult:
     """Runs every step into ``output_dir`` (the Model artifact layout).
 
-    ``tamper_onnx`` (tests only) edits the exported ONNX before conversion, to
-    prove the equivalence gate catches a broken conversion.
+    ``graph_rewrites=False`` converts the exported ONNX as onnx2tf takes it (no
+    rewrite.py changes; PyTorch-level swaps still apply), to measure what the
+    rewrites buy. ``tamper_onnx`` (tests only) edits the ONNX given to onnx2tf,
+    to prove the equivalence gate catches a broken conversion.
     """
     start = time.perf_counter()
     serving_dir = os.path.join(output_dir, SERVING_DIR)
-    if os.path.exists(serving_dir):
-        shutil.rmtree(serving_dir)
-    os.makedirs(output_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tfx-bridge-import-") as work:
         onnx_path = os.path.join(work, "model.onnx")
         module = None
         if source.kind == SOURCE_ONNX:
             rename_onnx_io(source.path, onnx_path, inputs, output_names)
+            rewrites = []
         else:
             module = load_torch_module(source)
-            export_onnx(module, inputs, output_names, onnx_path, opset)
+            rewrites = export_onnx(module, inputs, output_names, onnx_path, opset)
+        types = rewrite.module_types(module, prefix=export_prefix(module))
+        # onnx2tf gets a rewritten copy; the reference (onnxruntime) runs the ONNX as exported.
+        to_convert = os.path.join(work, "model_rewritten.onnx")
+        shutil.copyfile(onnx_path, to_convert)
+        if graph_rewrites:
+            rewrites += rewrite.fix_dynamic_reshapes(to_convert, inputs)
         if tamper_onnx is not None:
-            tamper_onnx(onnx_path)
+            tamper_onnx(to_convert)
+        problems = rewrite.unconvertible_nodes(to_convert, types)
+        if problems:
+            raise ConversionError(
+                "onnx2tf cannot convert this model; nothing was written. "
+                + "; ".join(problems) + ".")
         exported = time.perf_counter()
-        converted = convert_onnx_to_tf(onnx_path, work, inputs)
+        converted = convert_onnx_to_tf(to_convert, work, inputs, types)
+        if os.path.exists(serving_dir):
+            shutil.rmtree(serving_dir)
+        os.makedirs(output_dir, exist_ok=True)
         wrap_saved_model(converted, serving_dir, inputs, output_names, schema)
         converted_at = time.perf_counter()
         real = (inputs_from_examples(examples_dir, inputs, max(batch_sizes))
@@ -575,8 +711,7 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
                         batch_sizes, real)
         verified = time.perf_counter()
     blessed = all(c.ok for c in checks)
-    worst = max((c.max_abs for c in checks if not c.dtype.startswith(("int", "uint", "bool"))),
-                default=0.0)
+    worst = max_float_error(checks)
     report = {
         "blessed": blessed,
         "source": {"kind": source.kind, "path": os.path.abspath(source.path),
@@ -590,6 +725,7 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
         "tolerance": {"atol": atol, "rtol": rtol, "integer_outputs": "exact"},
         "inputs_from": "examples" if examples_dir and real is not None else "random",
         "max_abs_error": worst,
+        "rewrites": [r.to_json() for r in rewrites],
         "seconds": {"export": round(exported - start, 2),
                     "convert": round(converted_at - exported, 2),
                     "verify": round(verified - converted_at, 2)},
@@ -602,18 +738,28 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
     return ImportResult(blessed, report, serving_dir)
 
 
+def _num(value, fmt: str = ".3g") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
 def check_table(checks: Sequence[dict]) -> str:
+    """Markdown table of checks; a check that raised shows its error instead of numbers."""
     rows = ["| batch | output | vs | dtype | max abs | max rel | mismatches | ok |",
             "|---|---|---|---|---|---|---|---|"]
     for c in checks:
+        verdict = "yes" if c["ok"] else "**NO**"
+        if c.get("error"):
+            verdict += f" ({c['error']})"
         rows.append(f"| {c['batch']} | {c['output']} | {c['reference']} | {c['dtype']} | "
-                    f"{c['max_abs']:.3g} | {c['max_rel']:.3g} | {c['mismatches']} | "
-                    f"{'yes' if c['ok'] else '**NO**'} |")
+                    f"{_num(c['max_abs'])} | {_num(c['max_rel'])} | "
+                    f"{'-' if c['mismatches'] is None else c['mismatches']} | {verdict} |")
     return "\n".join(rows)
 
 
 def report_markdown(report: dict) -> str:
     verdict = "equivalent: blessed" if report["blessed"] else "NOT equivalent: not blessed"
+    rewrites = report.get("rewrites") or []
+    lines = [f"- {r['kind']}: {r['why']} ({', '.join(r['nodes'])})" for r in rewrites]
     return "\n".join([
         "# PyTorchModelImporter report", "",
         f"Result: **{verdict}**", "",
@@ -623,5 +769,9 @@ def report_markdown(report: dict) -> str:
         f"- tolerance: atol {report['tolerance']['atol']}, rtol {report['tolerance']['rtol']}, "
         "integer outputs exact",
         f"- check inputs: {report['inputs_from']}",
+        f"- max abs error (float outputs): {_num(report['max_abs_error'])}",
         f"- seconds: {report['seconds']}", "",
+        "## Rewrites applied", "",
+        *(lines or ["none: the model converted as exported"]), "",
+        "## Checks", "",
         check_table(report["checks"]), ""])

@@ -36,6 +36,7 @@ FAIL_ON_NOT_EQUIVALENT_KEY = "fail_on_not_equivalent"
 BLESSED_PROPERTY = "blessed"
 SOURCE_PROPERTY = "source"
 MAX_ABS_ERROR_PROPERTY = "max_abs_error"
+REWRITES_PROPERTY = "rewrites"
 TFX_VERSION_PROPERTY = artifact_utils.ARTIFACT_TFX_VERSION_CUSTOM_PROPERTY_KEY
 
 
@@ -92,8 +93,12 @@ class Executor(base_executor.BaseExecutor):
             examples_dir=examples_dir, schema=schema)
         model.set_int_custom_property(BLESSED_PROPERTY, 1 if result.blessed else 0)
         model.set_string_custom_property(SOURCE_PROPERTY, f"{source.kind}:{source.path}")
-        model.set_float_custom_property(MAX_ABS_ERROR_PROPERTY,
-                                        float(result.report["max_abs_error"]))
+        # Recorded only when measured (a model that raised at every batch has none).
+        if result.report["max_abs_error"] is not None:
+            model.set_float_custom_property(MAX_ABS_ERROR_PROPERTY,
+                                            float(result.report["max_abs_error"]))
+        model.set_string_custom_property(
+            REWRITES_PROPERTY, ",".join(r["kind"] for r in result.report["rewrites"]))
         model.set_string_custom_property(TFX_VERSION_PROPERTY, tfx_version.__version__)
         logging.info("PyTorchModelImporter: blessed=%s, max abs error %s", result.blessed,
                      result.report["max_abs_error"])

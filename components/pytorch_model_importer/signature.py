@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
 
@@ -122,3 +124,23 @@ def check_output_names(names: Sequence[str]) -> List[str]:
         raise ImporterConfigError(f"Output names must be unique identifiers; bad: {bad}, "
                                   f"repeated: {dupes}.")
     return names
+
+
+def make_inputs(inputs: Sequence[TensorSpec], batch: int, seed: int = 0, free: int = 4
+                ) -> Dict[str, np.ndarray]:
+    """Random inputs within each spec's dtype and value range.
+
+    The batch dimension is ``batch``, every other dynamic dimension ``free``.
+    """
+    rng = np.random.default_rng([seed, batch, free])
+    out = {}
+    for spec in inputs:
+        shape = spec.concrete_shape(batch, free)
+        lo, hi = spec.draw_range
+        if spec.dtype == "bool":
+            out[spec.name] = rng.integers(0, 2, shape).astype(bool)
+        elif spec.is_integer:
+            out[spec.name] = rng.integers(int(lo), int(hi) + 1, shape).astype(spec.dtype)
+        else:
+            out[spec.name] = rng.uniform(lo, hi, shape).astype(spec.dtype)
+    return out

@@ -63,7 +63,11 @@ def test_pipeline_importer_model_feeds_stock_evaluator(tmp_path):
     assert model.custom_properties["blessed"].int_value == 1
     assert model.custom_properties["tfx_version"].string_value
     with open(os.path.join(model.uri, "report.json")) as f:
-        assert json.load(f)["inputs_from"] == "examples"
+        report = json.load(f)
+    assert report["inputs_from"] == "examples"
+    # The number in MLMD is the number measured and written in the report.
+    assert report["max_abs_error"] is not None
+    assert model.custom_properties["max_abs_error"].double_value == report["max_abs_error"]
     evaluation = runner.latest_artifacts(metadata, "ModelEvaluation")[0]
     result = tfma.load_metrics(os.path.join(evaluation.uri, "metrics"))
     metrics = {k.name: v for record in result for mk in record.metric_keys_and_values

@@ -137,7 +137,9 @@ def test_import_tampered_onnx_weight_not_blessed(tmp_path):
     torch_checks = [c for c in result.report["checks"] if c["reference"] == "torch"]
     # A ReLU can mask one weight for some inputs; the gate needs just one miss.
     assert torch_checks and not all(c["ok"] for c in torch_checks)
-    assert all(c["ok"] for c in result.report["checks"] if c["reference"] == "onnxruntime")
+    # onnxruntime runs the ONNX as exported (before rewrites), so it sees the tamper too.
+    ort_checks = [c for c in result.report["checks"] if c["reference"] == "onnxruntime"]
+    assert ort_checks and not all(c["ok"] for c in ort_checks)
 
 
 def test_state_dict_pickled_code_refused(tmp_path):

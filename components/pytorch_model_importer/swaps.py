@@ -1,0 +1,170 @@
+"""PyTorch-level changes made before ONNX export, each named in the import report.
+
+Imported only when a torch module is exported (torch is the ``onnx`` extra).
+
+- ``mha-fastpath-off``: ``nn.TransformerEncoderLayer`` and ``nn.MultiheadAttention``
+  in eval mode under no_grad run PyTorch's fused kernels
+  (``aten::_transformer_encoder_layer_fwd``, ``aten::_native_multi_head_attention``),
+  which have no ONNX form. Export runs with
+  ``torch.backends.mha.set_fastpath_enabled(False)``: the same math, as the
+  unfused ops the exporter knows.
+- ``embedding-bag-dense``: ``nn.EmbeddingBag`` exports as an ONNX ``Loop`` over
+  the bags, which onnx2tf cannot convert. Over fixed-width 2-D ids it is a
+  gather and a reduction, so each one is swapped (for the export only, weights
+  shared) for a module computing exactly that: ``sum`` (with
+  ``per_sample_weights``), ``mean`` and ``max``, ``padding_idx`` left out of
+  every reduction and an all-padding bag giving zeros, as PyTorch does.
+  Ragged bags (1-D ids + ``offsets``) are refused with the way to hand them over.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, List, Tuple
+
+import torch
+from torch import nn
+
+from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
+
+MHA_FASTPATH_OFF = "mha-fastpath-off"
+EMBEDDING_BAG_DENSE = "embedding-bag-dense"
+
+# Module types (or TorchScript original names) whose eval fast path has no ONNX form.
+_FASTPATH_MODULES = ("TransformerEncoderLayer", "TransformerEncoder", "MultiheadAttention")
+
+
+class RaggedBagError(ImporterConfigError):
+    """An EmbeddingBag is called with 1-D ids and offsets (ragged bags)."""
+
+
+def _type_name(module) -> str:
+    return getattr(module, "original_name", None) or type(module).__name__
+
+
+def uses_fastpath_modules(module) -> List[str]:
+    """Qualified names of submodules that may take the fused attention fast path."""
+    return [name or "(root)" for name, m in module.named_modules()
+            if _type_name(m) in _FASTPATH_MODULES]
+
+
+@contextlib.contextmanager
+def mha_fastpath_off() -> Iterator[None]:
+    """``torch.backends.mha.set_fastpath_enabled(False)`` for the block, then restored."""
+    mha = torch.backends.mha
+    before = mha.get_fastpath_enabled()
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(before)
+
+
+class DenseEmbeddingBag(nn.Module):
+    """``nn.EmbeddingBag`` over fixed-width 2-D ids as gather + reduce (same weights)."""
+
+    def __init__(self, bag: nn.EmbeddingBag, name: str):
+        super().__init__()
+        self.weight = bag.weight
+        self.mode = bag.mode
+        self.padding_idx = bag.padding_idx
+        self.qualified_name = name
+
+    def forward(self, input, offsets=None, per_sample_weights=None):  # noqa: A002 (torch's name)
+        if input.dim() != 2 or offsets is not None:
+            raise RaggedBagError(
+                f"EmbeddingBag {self.qualified_name!r} is called with 1-D ids and offsets "
+                "(ragged bags). Its ONNX form is a Loop that onnx2tf cannot convert. Hand the "
+                "bags over fixed-width: a 2-D ids input [batch, width], every bag padded to "
+                "the width with a padding id, and nn.EmbeddingBag(..., padding_idx=PAD) (sum, "
+                "mean and max leave it out), or for mode='sum' per_sample_weights with zeros at "
+                "the padded positions; declare it as e.g. --input ids:int64:-1,WIDTH.")
+        vectors = nn.functional.embedding(input, self.weight)  # [N, L, D]
+        keep = None
+        if self.padding_idx is not None:
+            keep = (input != self.padding_idx).unsqueeze(-1)  # [N, L, 1]
+        if per_sample_weights is not None:
+            if self.mode != "sum":
+                raise ImporterConfigError(
+                    f"EmbeddingBag {self.qualified_name!r}: per_sample_weights needs "
+                    f"mode='sum' (it is {self.mode!r}); PyTorch refuses it too.")
+            vectors = vectors * per_sample_weights.unsqueeze(-1).to(vectors.dtype)
+        if self.mode == "max":
+            if keep is None:
+                return vectors.amax(dim=1)
+            lowest = torch.finfo(vectors.dtype).min
+            pooled = torch.where(keep, vectors, torch.full_like(vectors, lowest)).amax(dim=1)
+            return torch.where(keep.any(dim=1), pooled, torch.zeros_like(pooled))
+        if keep is not None:
+            vectors = vectors * keep.to(vectors.dtype)
+        total = vectors.sum(dim=1)
+        if self.mode == "sum":
+            return total
+        if keep is None:
+            return total / input.shape[1]
+        count = keep.to(vectors.dtype).sum(dim=1).clamp(min=1.0)
+        return total / count
+
+
+WRAPPER_ATTRIBUTE = "model"
+
+
+class Positional(nn.Module):
+    """Calls the model with exactly the declared inputs, positionally.
+
+    torch.onnx.export fills every omitted ``forward`` argument with its Python
+    default and the tracer turns those into tensors (``is_causal=False`` becomes
+    a tensor and ``nn.TransformerEncoderLayer`` fails); behind ``*args`` the
+    defaults stay Python values, as in the research team's own calls.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        setattr(self, WRAPPER_ATTRIBUTE, model)
+        # torch.onnx.export restores the root's mode recursively afterwards: a
+        # wrapper in train mode would leave the model with dropout on.
+        self.train(model.training)
+
+    def forward(self, *args):
+        return getattr(self, WRAPPER_ATTRIBUTE)(*args)
+
+
+def _set_submodule(root: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, attr = name.rpartition(".")
+    parent = root.get_submodule(parent_name) if parent_name else root
+    setattr(parent, attr, new)
+
+
+@contextlib.contextmanager
+def dense_embedding_bags(module: nn.Module) -> Iterator[Tuple[nn.Module, List[str]]]:
+    """Swaps every ``nn.EmbeddingBag`` for a DenseEmbeddingBag for the block, then restores.
+
+    Yields the module to export (the swap itself when the root is a bag) and
+    the qualified names swapped. TorchScript modules are left as they are
+    (their code is compiled); their bags surface as ONNX Loop nodes.
+    """
+    if isinstance(module, torch.jit.ScriptModule):
+        yield module, []
+        return
+    bags: List[Tuple[str, nn.EmbeddingBag]] = [
+        (name, m) for name, m in module.named_modules() if isinstance(m, nn.EmbeddingBag)]
+    for name, bag in bags:
+        label = name or "(root)"
+        if bag.max_norm is not None:
+            raise ImporterConfigError(
+                f"EmbeddingBag {label!r} has max_norm={bag.max_norm}: it rewrites its weights "
+                "at every lookup, which no served graph does. Renormalise the weights once "
+                "(torch.renorm) and set max_norm=None before handing the model over.")
+        if bag.include_last_offset:
+            raise RaggedBagError(
+                f"EmbeddingBag {label!r} has include_last_offset=True: it takes ragged bags "
+                "(1-D ids + offsets). Hand the bags over fixed-width with padding_idx instead.")
+    if bags and not bags[0][0]:
+        yield DenseEmbeddingBag(module, "(root)"), ["(root)"]
+        return
+    for name, bag in bags:
+        _set_submodule(module, name, DenseEmbeddingBag(bag, name))
+    try:
+        yield module, [name for name, _ in bags]
+    finally:
+        for name, bag in bags:
+            _set_submodule(module, name, bag)

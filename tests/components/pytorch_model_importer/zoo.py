@@ -1,0 +1,254 @@
+"""A zoo of mainstream architectures, as research teams hand them over.
+
+Small widths, random weights (seeded), no downloads. Most come straight from
+torch.nn, torchvision and HF transformers; the few classes defined here are the
+shapes those libraries leave to the user (a DLRM interaction, a text CNN, a
+recommender bag of ids). Used by test_zoo.py and benchmarks/import_models.py.
+
+Each entry says how the model is handed over (state_dict + module class,
+TorchScript, or ONNX), its declared inputs and outputs, and its category.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, List, Optional
+
+import torch
+from torch import nn
+
+
+@dataclasses.dataclass(frozen=True)
+class ZooModel:
+    category: str
+    build: Callable[[], nn.Module]
+    inputs: List[str]
+    outputs: List[str]
+    handover: str  # "state_dict" | "torchscript" | "onnx"
+    module_class: Optional[str] = None  # for state_dict handovers
+    module_kwargs: Optional[dict] = None
+
+
+def _seeded(module: nn.Module, seed: int = 0) -> nn.Module:
+    """Random weights and non-trivial BatchNorm statistics, in eval mode."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / max(1, p.shape[-1]) ** 0.5))
+        for m in module.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None:
+                m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=gen) * 0.1)
+                m.running_var.copy_(torch.rand(m.running_var.shape, generator=gen) + 0.5)
+    return module.eval()
+
+
+# ----------------------------------------------------------------- classes defined here
+
+
+class ConvPoolFlatten(nn.Module):
+    """The classic small classifier: conv blocks, adaptive pooling, flatten, linear."""
+
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU())
+        self.pool = nn.AdaptiveAvgPool2d((2, 2))
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(32 * 4, 64), nn.ReLU(),
+                                        nn.Dropout(0.2), nn.Linear(64, classes))
+
+    def forward(self, image):
+        return self.classifier(self.pool(self.features(image)))
+
+
+class TextEncoder(nn.Module):
+    """Token ids -> nn.TransformerEncoder (eval: PyTorch's fused fast path) -> classes."""
+
+    def __init__(self, vocab: int = 200, dim: int = 32, heads: int = 4, layers: int = 2,
+                 classes: int = 3):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=64, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(self.embed(tokens)).mean(dim=1))
+
+
+class BagOfIds(nn.Module):
+    """A recommender tower: fixed-width padded bags of item ids through EmbeddingBag."""
+
+    def __init__(self, items: int = 500, dim: int = 16):
+        super().__init__()
+        self.mean_bag = nn.EmbeddingBag(items, dim, mode="mean", padding_idx=0)
+        self.max_bag = nn.EmbeddingBag(items, dim, mode="max")
+        self.sum_bag = nn.EmbeddingBag(items, dim, mode="sum")
+        self.out = nn.Linear(3 * dim, 1)
+
+    def forward(self, history, weights):
+        pooled = torch.cat([self.mean_bag(history), self.max_bag(history),
+                            self.sum_bag(history, per_sample_weights=weights)], dim=1)
+        return torch.sigmoid(self.out(pooled))
+
+
+class RaggedBag(nn.Module):
+    """EmbeddingBag over 1-D ids + offsets: ragged bags (refused with a way out)."""
+
+    def __init__(self, items: int = 100, dim: int = 8):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(items, dim, mode="sum")
+
+    def forward(self, ids, offsets):
+        return self.bag(ids, offsets)
+
+
+class DLRM(nn.Module):
+    """DLRM-style: bottom MLP, embeddings, pairwise dot interaction (bmm + triu), top MLP."""
+
+    def __init__(self, dense: int = 8, tables: int = 3, rows: int = 100, dim: int = 16):
+        super().__init__()
+        self.bottom = nn.Sequential(nn.Linear(dense, 32), nn.ReLU(), nn.Linear(32, dim),
+                                    nn.ReLU())
+        self.embeddings = nn.ModuleList(nn.Embedding(rows, dim) for _ in range(tables))
+        n = tables + 1
+        self.register_buffer("li", torch.triu_indices(n, n, offset=1)[0], persistent=False)
+        self.register_buffer("lj", torch.triu_indices(n, n, offset=1)[1], persistent=False)
+        self.top = nn.Sequential(nn.Linear(dim + n * (n - 1) // 2, 32), nn.ReLU(),
+                                 nn.Linear(32, 1))
+
+    def forward(self, dense, sparse):
+        x = self.bottom(dense)
+        vectors = [x] + [emb(sparse[:, i]) for i, emb in enumerate(self.embeddings)]
+        t = torch.stack(vectors, dim=1)
+        z = torch.bmm(t, t.transpose(1, 2))
+        pairs = z[:, self.li, self.lj]
+        return torch.sigmoid(self.top(torch.cat([x, pairs], dim=1)))
+
+
+class RecurrentText(nn.Module):
+    """Token ids -> bidirectional LSTM -> GRU -> last step -> classes."""
+
+    def __init__(self, vocab: int = 200, dim: int = 16, hidden: int = 24, classes: int = 4):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.lstm = nn.LSTM(dim, hidden, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(2 * hidden, hidden, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(2 * hidden, classes)
+
+    def forward(self, tokens):
+        x, _ = self.lstm(self.embed(tokens))
+        x, _ = self.gru(x)
+        return self.head(x[:, -1])
+
+
+class TextCNN(nn.Module):
+    """Kim-style text CNN: 1-D convolutions of widths 2/3/4, max over time."""
+
+    def __init__(self, vocab: int = 200, dim: int = 16, channels: int = 8, classes: int = 2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.convs = nn.ModuleList(nn.Conv1d(dim, channels, k) for k in (2, 3, 4))
+        self.head = nn.Linear(3 * channels, classes)
+
+    def forward(self, tokens):
+        x = self.embed(tokens).transpose(1, 2)
+        pooled = [torch.relu(conv(x)).amax(dim=2) for conv in self.convs]
+        return self.head(torch.cat(pooled, dim=1))
+
+
+class BertClassifier(nn.Module):
+    """HF transformers BertModel (tiny config) with an attention mask, pooled -> classes."""
+
+    def __init__(self, vocab: int = 300, hidden: int = 32, layers: int = 2, heads: int = 4,
+                 classes: int = 3):
+        super().__init__()
+        from transformers import BertConfig, BertModel
+
+        config = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                            num_attention_heads=heads, intermediate_size=2 * hidden,
+                            max_position_embeddings=64, attn_implementation="eager")
+        self.bert = BertModel(config)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, input_ids, attention_mask):
+        out = self.bert(input_ids=input_ids, attention_mask=attention_mask)
+        return out.last_hidden_state, self.head(out.pooler_output)
+
+
+# ----------------------------------------------------------------- builders
+
+
+def _resnet():
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    return _seeded(ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10))
+
+
+def _mobilenet():
+    from torchvision.models import mobilenet_v3_small
+
+    return _seeded(mobilenet_v3_small(num_classes=10, width_mult=0.5))
+
+
+def _efficientnet():
+    # torchvision's own EfficientNet class and block config, at half width and depth.
+    from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
+
+    blocks, last_channel = _efficientnet_conf("efficientnet_b0", width_mult=0.5, depth_mult=0.5)
+    return _seeded(EfficientNet(blocks, dropout=0.2, last_channel=last_channel,
+                                num_classes=10))
+
+
+def _module(cls, **kwargs):
+    return lambda: _seeded(cls(**kwargs))
+
+
+HERE = __name__  # importable as "zoo" once this folder is on sys.path
+
+ZOO: Dict[str, ZooModel] = {
+    "conv_pool_flatten": ZooModel(
+        "CNN classifier (adaptive pool + flatten + linear)", _module(ConvPoolFlatten),
+        ["image:float32:-1,3,16,16"], ["logits"], "state_dict", f"{HERE}:ConvPoolFlatten", {}),
+    "resnet": ZooModel(
+        "torchvision ResNet (BasicBlock)", _resnet, ["image:float32:-1,3,32,32"], ["logits"],
+        "torchscript"),
+    "mobilenet_v3": ZooModel(
+        "torchvision MobileNetV3-Small", _mobilenet, ["image:float32:-1,3,32,32"], ["logits"],
+        "torchscript"),
+    "efficientnet": ZooModel(
+        "torchvision EfficientNet (B0 blocks, half width/depth)", _efficientnet,
+        ["image:float32:-1,3,32,32"], ["logits"], "onnx"),
+    "transformer_encoder": ZooModel(
+        "nn.TransformerEncoder (eval)", _module(TextEncoder),
+        ["tokens:int64:-1,6:0..199"], ["logits"], "state_dict", f"{HERE}:TextEncoder", {}),
+    "transformer_encoder_layer": ZooModel(
+        "nn.TransformerEncoderLayer (eval)",
+        _module(nn.TransformerEncoderLayer, d_model=32, nhead=4, dim_feedforward=64,
+                batch_first=True),
+        ["src:float32:-1,5,32"], ["encoded"], "state_dict", "torch.nn:TransformerEncoderLayer",
+        {"d_model": 32, "nhead": 4, "dim_feedforward": 64, "batch_first": True}),
+    "multihead_attention": ZooModel(
+        "nn.MultiheadAttention with attention weights",
+        _module(nn.MultiheadAttention, embed_dim=32, num_heads=4, batch_first=True),
+        ["query:float32:-1,5,32", "key:float32:-1,7,32", "value:float32:-1,7,32"],
+        ["attended", "weights"], "state_dict", "torch.nn:MultiheadAttention",
+        {"embed_dim": 32, "num_heads": 4, "batch_first": True}),
+    "embedding_bag": ZooModel(
+        "nn.EmbeddingBag (fixed-width bags: mean with padding_idx, max, weighted sum)",
+        _module(BagOfIds), ["history:int64:-1,8:0..499", "weights:float32:-1,8:0..1"],
+        ["ctr"], "state_dict", f"{HERE}:BagOfIds", {}),
+    "dlrm": ZooModel(
+        "DLRM pairwise interaction (bmm + triu_indices)", _module(DLRM),
+        ["dense:float32:-1,8", "sparse:int64:-1,3:0..99"], ["ctr"], "state_dict",
+        f"{HERE}:DLRM", {}),
+    "lstm_gru": ZooModel(
+        "bidirectional LSTM + GRU text model", _module(RecurrentText),
+        ["tokens:int64:-1,10:0..199"], ["logits"], "state_dict", f"{HERE}:RecurrentText", {}),
+    "text_cnn": ZooModel(
+        "1-D conv text CNN", _module(TextCNN), ["tokens:int64:-1,12:0..199"], ["logits"],
+        "torchscript"),
+    "bert": ZooModel(
+        "HF transformers BertModel + attention mask", _module(BertClassifier),
+        ["input_ids:int64:-1,8:0..299", "attention_mask:int64:-1,8:0..1"],
+        ["hidden", "logits"], "state_dict", f"{HERE}:BertClassifier", {}),
+}
