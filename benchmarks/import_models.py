@@ -38,7 +38,6 @@ ZOO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "t
                        "components", "pytorch_model_importer")
 sys.path.insert(0, os.path.abspath(ZOO_DIR))
 import zoo  # noqa: E402
-from test_zoo import hand_over  # noqa: E402
 
 BATCHES = (1, 7, 32)
 
@@ -48,7 +47,7 @@ def _models():
     out = {}
     for name, entry in zoo.ZOO.items():
         out[name] = (entry.category, entry.build, entry.inputs, entry.outputs,
-                     lambda folder, n=name: hand_over(n, folder))
+                     lambda folder, n=name: zoo.hand_over(n, folder))
     for name, (cls, kwargs, inputs, outputs) in demo_models.REFERENCE_MODELS.items():
         def source(folder, n=name, c=cls, k=kwargs):
             path = os.path.join(folder, f"{n}.pt")

@@ -9,7 +9,7 @@ from tfx import v1 as tfx
 from tfx.orchestration import metadata as tfx_metadata
 from tfx.types import artifact_utils
 
-from tfx_bridge import schemas
+from tfx_bridge import properties, schemas
 from tfx_bridge.components.parquet_example_gen import executor as peg_executor
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
 from tfx_bridge.pipelines import pipeline as pipelines
@@ -37,13 +37,6 @@ def _custom(artifact, key: str) -> Optional[Any]:
         return None
     value = artifact.custom_properties[key]
     return value.string_value if value.HasField("string_value") else value.int_value
-
-
-def _float(artifact, key: str) -> Optional[float]:
-    """A float custom property, None when it was not recorded (never a default 0.0)."""
-    if key not in artifact.custom_properties:
-        return None
-    return artifact.custom_properties[key].double_value
 
 
 def run_data_demo(workdir: str, data_root: str,
@@ -131,12 +124,12 @@ def summarize(metadata_path: str, serving_base_path: str, model_name: str,
         "schema_guard": {"blessed": _custom(anomalies, "blessed"),
                          "findings": _custom(anomalies, "findings")},
         "conversion": {"blessed": _custom(imported, "blessed"),
-                       "max_abs_error": _float(imported, "max_abs_error")},
+                       "max_abs_error": properties.get_float(imported, "max_abs_error")},
         "optimizer": {"backend": _custom(optimized, "backend"),
                       "latency_p50_ms_before":
-                          optimized.custom_properties["latency_p50_ms_before"].double_value,
+                          properties.get_float(optimized, "latency_p50_ms_before"),
                       "latency_p50_ms_after":
-                          optimized.custom_properties["latency_p50_ms_after"].double_value,
+                          properties.get_float(optimized, "latency_p50_ms_after"),
                       "serving_flags": _custom(optimized, "serving_flags")},
         "pushed": bool(_custom(pushed, "pushed")),
         "new_push": False,

@@ -50,12 +50,17 @@ class PyTorchModelImporter(base_component.BaseComponent):
     ``serving_tf_example`` parses serialized tf.Examples (for Evaluator and
     InfraValidator), then runs torch, onnxruntime and the SavedModel on the
     same inputs at batch sizes 1, 7 and 32. Integer outputs must match exactly,
-    floats within ``atol``.
+    floats within ``atol``. Fused attention fast paths, fixed-width
+    EmbeddingBags and batch-1 reshapes are rewritten for the converter, each
+    named in the report; what cannot be converted is refused before the Model
+    is written, naming the ONNX op, node and PyTorch module.
 
     Outputs:
       model: ``standard_artifacts.Model`` with ``Format-Serving/``,
         ``report.json``, ``report.md``, custom properties ``blessed`` (1/0),
-        ``source``, ``max_abs_error``, ``tfx_version``.
+        ``source``, ``max_abs_error`` (exact: a JSON-value property, see
+        tfx_bridge.properties; absent when nothing was measured), ``rewrites``,
+        ``tfx_version``.
 
     Example:
       >>> from tfx_bridge.components import PyTorchModelImporter

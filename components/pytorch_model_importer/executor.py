@@ -11,6 +11,7 @@ from tfx import version as tfx_version
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
+from tfx_bridge import properties
 from tfx_bridge.components.pytorch_model_importer import convert, signature
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ImporterConfigError,
@@ -95,8 +96,7 @@ class Executor(base_executor.BaseExecutor):
         model.set_string_custom_property(SOURCE_PROPERTY, f"{source.kind}:{source.path}")
         # Recorded only when measured (a model that raised at every batch has none).
         if result.report["max_abs_error"] is not None:
-            model.set_float_custom_property(MAX_ABS_ERROR_PROPERTY,
-                                            float(result.report["max_abs_error"]))
+            properties.set_float(model, MAX_ABS_ERROR_PROPERTY, result.report["max_abs_error"])
         model.set_string_custom_property(
             REWRITES_PROPERTY, ",".join(r["kind"] for r in result.report["rewrites"]))
         model.set_string_custom_property(TFX_VERSION_PROPERTY, tfx_version.__version__)

@@ -58,7 +58,8 @@ class TrtOptimizer(base_component.BaseComponent):
       optimized_model: ``standard_artifacts.Model`` with ``Format-Serving/``,
         ``report.json``, ``report.md``, ``latency.png``; custom properties
         ``blessed``, ``backend``, ``precision``, ``requires_gpu``,
-        ``serving_flags``, ``latency_p50_ms_before`` / ``_after``.
+        ``serving_flags``, ``latency_p50_ms_before`` / ``_after`` (exact:
+        JSON-value properties, see tfx_bridge.properties).
 
     Example:
       >>> from tfx_bridge.components import TrtOptimizer

@@ -12,6 +12,7 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
+from tfx_bridge import properties
 from tfx_bridge.components.trt_optimizer import optimize
 from tfx_bridge.components.trt_optimizer.errors import Drifted
 
@@ -76,9 +77,8 @@ class Executor(base_executor.BaseExecutor):
         out.set_int_custom_property(REQUIRES_GPU_PROPERTY, 1 if result.requires_gpu else 0)
         out.set_string_custom_property(SERVING_FLAGS_PROPERTY, " ".join(result.serving_flags))
         largest = f"p50_ms_batch_{max(report['batches'])}"
-        out.set_float_custom_property(LATENCY_BEFORE_PROPERTY,
-                                      report["latency_before_ms"][largest])
-        out.set_float_custom_property(LATENCY_AFTER_PROPERTY, report["latency_after_ms"][largest])
+        properties.set_float(out, LATENCY_BEFORE_PROPERTY, report["latency_before_ms"][largest])
+        properties.set_float(out, LATENCY_AFTER_PROPERTY, report["latency_after_ms"][largest])
         out.set_string_custom_property(artifact_utils.ARTIFACT_TFX_VERSION_CUSTOM_PROPERTY_KEY,
                                        tfx_version.__version__)
         logging.info("TrtOptimizer: backend %s, blessed %s", result.backend, result.blessed)

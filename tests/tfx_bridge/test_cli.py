@@ -12,6 +12,7 @@ import pytest
 
 from tfx_bridge import cli
 from tfx_bridge.components.trt_optimizer import optimize
+from tfx_bridge.pipelines import runner
 
 
 def _run(*args, cwd=None):
@@ -69,6 +70,11 @@ def test_cli_demo_runs_full_pipeline_and_prints_summary(tmp_path):
     assert summary["pushed_path"] == str(tmp_path / "w" / "serving" / "ctr" / "1")
     assert summary["schema_guard"]["blessed"] == 1
     assert summary["conversion"]["max_abs_error"] <= 1e-4
+    # The summary reads MLMD; it must hold the number the importer measured and reported.
+    imported = [m for m in runner.latest_artifacts(
+        str(tmp_path / "w" / runner.METADATA_FILE), "Model") if "PyTorchModelImporter" in m.uri]
+    with open(os.path.join(imported[0].uri, "report.json")) as f:
+        assert summary["conversion"]["max_abs_error"] == json.load(f)["max_abs_error"]
     assert summary["optimizer"]["backend"] in optimize.CPU_BACKENDS
     assert 0.0 <= summary["prediction"]["score"][0] <= 1.0
     assert len(summary["prediction"]["experts"]) == 2

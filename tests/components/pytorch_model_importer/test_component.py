@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 
 from tfx import v1 as tfx  # noqa: E402
 
-from tfx_bridge import schemas  # noqa: E402
+from tfx_bridge import properties, schemas  # noqa: E402
 from tfx_bridge.components import ParquetExampleGen, PyTorchModelImporter  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.errors import (  # noqa: E402
     ImporterConfigError,
@@ -67,7 +67,7 @@ def test_pipeline_importer_model_feeds_stock_evaluator(tmp_path):
     assert report["inputs_from"] == "examples"
     # The number in MLMD is the number measured and written in the report.
     assert report["max_abs_error"] is not None
-    assert model.custom_properties["max_abs_error"].double_value == report["max_abs_error"]
+    assert properties.get_float(model, "max_abs_error") == report["max_abs_error"]
     evaluation = runner.latest_artifacts(metadata, "ModelEvaluation")[0]
     result = tfma.load_metrics(os.path.join(evaluation.uri, "metrics"))
     metrics = {k.name: v for record in result for mk in record.metric_keys_and_values

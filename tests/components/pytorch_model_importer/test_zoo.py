@@ -34,36 +34,13 @@ import zoo  # noqa: E402  (the state_dict handovers name zoo:Class, as users nam
 ATOL = 1e-4
 
 
-def hand_over(name: str, folder: str) -> convert.ModelSource:
-    """The model file the research team would give us, written to ``folder``."""
-    entry = zoo.ZOO[name]
-    model = entry.build()
-    specs = signature.parse_input_specs(entry.inputs)
-    if entry.handover == "state_dict":
-        path = os.path.join(folder, f"{name}.pt")
-        torch.save(model.state_dict(), path)
-        return convert.ModelSource("state_dict", path, entry.module_class, entry.module_kwargs)
-    sample = tuple(torch.from_numpy(v) for v in signature.make_inputs(specs, 3).values())
-    if entry.handover == "torchscript":
-        path = os.path.join(folder, f"{name}.torchscript")
-        with torch.no_grad():
-            torch.jit.trace(model, sample).save(path)
-        return convert.ModelSource("torchscript", path)
-    path = os.path.join(folder, f"{name}.onnx")
-    torch.onnx.export(model, sample, path, input_names=[s.name for s in specs],
-                      output_names=entry.outputs, opset_version=17, dynamo=False,
-                      dynamic_axes={n: {0: "batch"} for n in [s.name for s in specs]
-                                    + entry.outputs})
-    return convert.ModelSource("onnx", path)
-
-
 @pytest.fixture(scope="session")
 def zoo_imports(tmp_path_factory):
     """Every zoo model imported once (about 10-20 s each on 2 cores)."""
     out = {}
     for name, entry in zoo.ZOO.items():
         folder = str(tmp_path_factory.mktemp(name))
-        out[name] = convert.import_model(hand_over(name, folder),
+        out[name] = convert.import_model(zoo.hand_over(name, folder),
                                          signature.parse_input_specs(entry.inputs),
                                          entry.outputs, os.path.join(folder, "model"))
     return out

@@ -11,10 +11,13 @@ TorchScript, or ONNX), its declared inputs and outputs, and its category.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Callable, Dict, List, Optional
 
 import torch
 from torch import nn
+
+from tfx_bridge.components.pytorch_model_importer import convert, signature
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,3 +255,26 @@ ZOO: Dict[str, ZooModel] = {
         ["input_ids:int64:-1,8:0..299", "attention_mask:int64:-1,8:0..1"],
         ["hidden", "logits"], "state_dict", f"{HERE}:BertClassifier", {}),
 }
+
+
+def hand_over(name: str, folder: str) -> convert.ModelSource:
+    """The model file the research team would give us, written to ``folder``."""
+    entry = ZOO[name]
+    model = entry.build()
+    specs = signature.parse_input_specs(entry.inputs)
+    if entry.handover == "state_dict":
+        path = os.path.join(folder, f"{name}.pt")
+        torch.save(model.state_dict(), path)
+        return convert.ModelSource("state_dict", path, entry.module_class, entry.module_kwargs)
+    sample = tuple(torch.from_numpy(v) for v in signature.make_inputs(specs, 3).values())
+    if entry.handover == "torchscript":
+        path = os.path.join(folder, f"{name}.torchscript")
+        with torch.no_grad():
+            torch.jit.trace(model, sample).save(path)
+        return convert.ModelSource("torchscript", path)
+    path = os.path.join(folder, f"{name}.onnx")
+    torch.onnx.export(model, sample, path, input_names=[s.name for s in specs],
+                      output_names=entry.outputs, opset_version=17, dynamo=False,
+                      dynamic_axes={n: {0: "batch"} for n in [s.name for s in specs]
+                                    + entry.outputs})
+    return convert.ModelSource("onnx", path)
