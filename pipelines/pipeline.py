@@ -131,8 +131,10 @@ def create_pipeline(
     blessed model; AUC must not drop) -> ServingPusher. Every gate's blessing
     goes to the pusher. Only resolver strategies KubeflowV2DagRunner compiles
     are used (LatestBlessedModelStrategy), and no InfraValidator.
-    ``optimizer_candidates`` restricts TrtOptimizer's CPU candidates (e.g.
-    without ``"tflite"`` where servers cannot run ``--prefer_tflite_model``).
+    ``optimizer_candidates`` chooses TrtOptimizer's CPU candidates (default:
+    those stock TF Serving serves without experimental flags; add ``"tflite"``
+    or ``"xla-cpu"`` where servers run ``--prefer_tflite_model`` or
+    ``--xla_cpu_compilation_enabled``).
     """
     from tfx_bridge.components.pytorch_model_importer import PyTorchModelImporter
     from tfx_bridge.components.serving_pusher import ServingPusher

@@ -57,3 +57,36 @@ def test_importer_without_torch_names_the_extra():
             "else:\n"
             "    raise SystemExit('no error')\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_components_import_only_the_shared_layer_never_each_other():
+    """A module under components/<a>/ may use tfx_bridge.* but no components.<b>."""
+    import ast
+
+    bad = []
+    root = os.path.join(ROOT, "components")
+    for component in sorted(os.listdir(root)):
+        folder = os.path.join(root, component)
+        if not os.path.isdir(folder):
+            continue
+        for dirpath, _, files in os.walk(folder):
+            for name in files:
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(dirpath, name)
+                tree = ast.parse(open(path, encoding="utf-8").read(), path)
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.ImportFrom):
+                        targets = [node.module or ""]
+                        targets += [f"{node.module}.{a.name}" for a in node.names]
+                    elif isinstance(node, ast.Import):
+                        targets = [a.name for a in node.names]
+                    else:
+                        continue
+                    for target in targets:
+                        parts = target.split(".")
+                        if (parts[:2] == ["tfx_bridge", "components"] and len(parts) > 2
+                                and parts[2] != component):
+                            bad.append(f"{os.path.relpath(path, ROOT)}:{node.lineno} "
+                                       f"imports {target}")
+    assert not bad, "\n".join(sorted(set(bad)))

@@ -185,8 +185,8 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
     outputs = signature.check_output_names(args.output_name or [])
     schema = None
     if args.schema:
-        from tfx_bridge.components.schema_guard import guard
-        schema = guard.load_schema(args.schema)
+        from tfx_bridge import schema_file
+        schema = schema_file.load_schema(args.schema, ImporterConfigError)
     progress = Progress(2, enabled=not args.quiet)
     result = convert.import_model(source, inputs, outputs, args.output, opset=args.opset,
                                   atol=args.atol, rtol=args.rtol, examples_dir=args.examples,
@@ -251,10 +251,11 @@ def _model_properties(model_dir: str) -> Dict[str, Any]:
 
 
 def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
+    from tfx_bridge import savedmodel
     from tfx_bridge.components.serving_pusher import serving
-    from tfx_bridge.components.trt_optimizer.optimize import resolve_saved_model
+    from tfx_bridge.components.serving_pusher.errors import PusherConfigError
 
-    saved_model = resolve_saved_model(args.model)
+    saved_model = savedmodel.resolve_saved_model(args.model, PusherConfigError)
     props = _model_properties(args.model)
     blessings = {}
     if "blessed" in props:
@@ -481,9 +482,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="minimum top-k index agreement for integer outputs (1.0 = exact)")
     opt.add_argument("--iterations", type=int, default=100, help="timed calls per batch size")
     opt.add_argument("--candidates", default=None,
-                     help="CPU candidates to try, comma-separated (default: all of "
-                          "xla-cpu,xla-frozen,frozen,tflite); leave tflite out where servers "
-                          "cannot run --prefer_tflite_model")
+                     help="CPU candidates to try, comma-separated, of xla-cpu,xla-frozen,"
+                          "frozen,tflite (default: frozen, the ones stock TF Serving serves "
+                          "without experimental flags; xla-* need "
+                          "--xla_cpu_compilation_enabled, tflite --prefer_tflite_model)")
     _add_common(opt)
     opt.set_defaults(func=cmd_optimize)
     psh = sub.add_parser("push", help="ServingPusher: validated, atomic push to TF Serving")

@@ -18,6 +18,17 @@ from __future__ import annotations
 
 from typing import Optional
 
+# Custom property names: the contracts between components (docs/ARCHITECTURE.md).
+BLESSED = "blessed"  # int 1/0 on every gate's output; the pusher pushes only on all 1
+MAX_ABS_ERROR = "max_abs_error"  # importer: float, exact
+REWRITES = "rewrites"  # importer: comma-separated rewrite kinds applied
+BACKEND = "backend"  # optimizer: the backend that ran
+PRECISION = "precision"
+REQUIRES_GPU = "requires_gpu"  # optimizer: int 1/0
+SERVING_FLAGS = "serving_flags"  # optimizer: space-separated TF Serving flags
+LATENCY_BEFORE = "latency_p50_ms_before"  # optimizer: float, exact
+LATENCY_AFTER = "latency_p50_ms_after"
+
 # The key TFX keeps a single JSON value under inside the Struct.
 _SINGLE_VALUE_KEY = "__value__"
 

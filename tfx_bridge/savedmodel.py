@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 from typing import Type
 
-# The signatures every imported model has (DESIGN.md): tensors in, and serialized
+# Where a Model artifact keeps its SavedModel (TFX's serving-model layout).
+SERVING_DIR = "Format-Serving"
+# The signatures every imported model has (docs/ARCHITECTURE.md): tensors in, and serialized
 # tf.Examples in (for Evaluator and tf.Example clients).
 SERVING_SIGNATURE = "serving_default"
 EXAMPLE_SIGNATURE = "serving_tf_example"
@@ -52,3 +54,18 @@ def signature_specs(saved_model_dir: str, name: str, error: Type[Exception]) -> 
 
     return {"inputs": {k: spec(v) for k, v in signatures[name].inputs.items()},
             "outputs": {k: spec(v) for k, v in signatures[name].outputs.items()}}
+
+
+def resolve_saved_model(path: str, error: Type[Exception]) -> str:
+    """A SavedModel folder, or a Model artifact folder holding Format-Serving/."""
+    import tensorflow as tf
+
+    if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+        return path
+    inner = os.path.join(path, SERVING_DIR)
+    if tf.io.gfile.exists(os.path.join(inner, "saved_model.pb")):
+        return inner
+    raise error(
+        f"{path} is neither a SavedModel (no saved_model.pb) nor a Model artifact folder "
+        f"(no {SERVING_DIR}/saved_model.pb). Give the folder holding saved_model.pb, or the "
+        "importer's or optimizer's output folder.")

@@ -38,6 +38,7 @@ from apache_beam.io import filebasedsink
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfx_bridge import layout
 from tfx_bridge.components.parquet_example_gen.errors import (
     ParquetConfigError,
     ParquetDataError,
@@ -51,8 +52,8 @@ FEATURE_INT = "int64_list"
 FEATURE_FLOAT = "float_list"
 FEATURE_BYTES = "bytes_list"
 
-# The sidecar at the Examples artifact root (a contract in DESIGN.md).
-SOURCE_SCHEMA_FILE = "source_schema.json"
+# The sidecar at the Examples artifact root (a contract: docs/ARCHITECTURE.md).
+SOURCE_SCHEMA_FILE = layout.SOURCE_SCHEMA_FILE
 SOURCE_FORMAT = "parquet"
 # Stock ExampleGen's file naming, so tools that glob for it keep working.
 RECORD_FILE_PREFIX = "data_tfrecord"

@@ -39,6 +39,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tfx_bridge import compare, examples, layout, savedmodel
 from tfx_bridge.components.pytorch_model_importer import rewrite
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ConversionError,
@@ -51,9 +52,9 @@ from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec, make_inputs
 from tfx_bridge.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 
-SERVING_DIR = "Format-Serving"
-REPORT_JSON = "report.json"
-REPORT_MD = "report.md"
+SERVING_DIR = savedmodel.SERVING_DIR
+REPORT_JSON = layout.REPORT_JSON
+REPORT_MD = layout.REPORT_MD
 EXAMPLE_INPUT = "examples"
 DEFAULT_OPSET = 17
 MIN_OPSET = 14
@@ -172,52 +173,6 @@ def check_external_data(onnx_path: str) -> None:
 
 
 # --------------------------------------------------------------------------- inputs
-
-
-def inputs_from_examples(examples_dir: str, inputs: Sequence[TensorSpec], count: int
-                         ) -> Optional[Dict[str, np.ndarray]]:
-    """Up to ``count`` rows of real inputs parsed from an Examples folder."""
-    import glob
-
-    import tensorflow as tf
-
-    files = sorted(glob.glob(os.path.join(examples_dir, "Split-*", "*")))
-    if not files:
-        return None
-    ds = tf.data.TFRecordDataset(files, compression_type="GZIP").take(count).batch(count)
-    serialized = next(iter(ds), None)
-    if serialized is None:
-        return None
-    parsed = _parse_examples(serialized, inputs)
-    return {spec.name: parsed[spec.name].numpy() for spec in inputs}
-
-
-def _feature_spec(spec: TensorSpec):
-    import tensorflow as tf
-
-    wire = tf.float32 if spec.dtype.startswith("float") else tf.int64
-    inner = spec.shape[1:]
-    if all(d > 0 for d in inner):
-        return tf.io.FixedLenFeature(inner, wire)
-    if len(inner) == 1:
-        return tf.io.VarLenFeature(wire)
-    raise ImporterConfigError(
-        f"Input {spec.name!r} {spec.shape}: the tf.Example signature parses fixed shapes or "
-        "one variable-length dimension; declare the inner dimensions.")
-
-
-def _parse_examples(serialized, inputs: Sequence[TensorSpec]) -> Dict[str, object]:
-    """tf.io.parse_example with the wire dtypes, then a cast to each declared dtype."""
-    import tensorflow as tf
-
-    parsed = tf.io.parse_example(serialized, {s.name: _feature_spec(s) for s in inputs})
-    out = {}
-    for s in inputs:
-        value = parsed[s.name]
-        if isinstance(value, tf.sparse.SparseTensor):
-            value = tf.sparse.to_dense(value)
-        out[s.name] = tf.cast(value, tf.as_dtype(s.dtype))
-    return out
 
 
 # --------------------------------------------------------------------------- export
@@ -450,7 +405,7 @@ def wrap_saved_model(converted_dir: str, out_dir: str, inputs: Sequence[TensorSp
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLE_INPUT)])
     def serve_examples(serialized):
-        parsed = _parse_examples(serialized, inputs)
+        parsed = examples.parse_examples(serialized, inputs, ImporterConfigError)
         return serve(*[parsed[s.name] for s in inputs])
 
     module.serve = serve
@@ -498,20 +453,8 @@ class OutputCheck:
 
 def _compare(ref: np.ndarray, got: np.ndarray, atol: float, rtol: float
              ) -> Tuple[float, float, int, bool]:
-    if ref.shape != got.shape:
-        return float("inf"), float("inf"), int(max(ref.size, got.size)), False
-    if np.issubdtype(ref.dtype, np.integer) or ref.dtype == bool:
-        bad = int(np.count_nonzero(ref.astype(np.int64) != got.astype(np.int64)))
-        diff = np.abs(ref.astype(np.int64) - got.astype(np.int64))
-        return float(diff.max(initial=0)), 0.0, bad, bad == 0
-    r = ref.astype(np.float64)
-    g = got.astype(np.float64)
-    diff = np.abs(r - g)
-    both_nan = np.isnan(r) & np.isnan(g)
-    diff[both_nan] = 0.0
-    rel = diff / np.maximum(np.abs(r), 1e-12)
-    bad = int(np.count_nonzero(~(diff <= atol + rtol * np.abs(r))))
-    return float(diff.max(initial=0)), float(rel.max(initial=0)), bad, bad == 0
+    c = compare.compare(ref, got, atol, rtol)
+    return c.max_abs, c.max_rel, c.mismatches, c.ok
 
 
 def _flatten_outputs(out) -> List:
@@ -577,10 +520,7 @@ def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],
     for batch in batch_sizes:
         feeds = make_inputs(inputs, batch)
         if real_inputs is not None:
-            n = len(next(iter(real_inputs.values())))
-            if n:
-                take = np.arange(batch) % n
-                feeds = {k: v[take] for k, v in real_inputs.items()}
+            feeds = examples.tile_rows(real_inputs, batch) or feeds
         refs = []
         runners = [("onnxruntime", lambda f=feeds: run_ort(onnx_path, f))]
         if torch_module is not None:
@@ -705,7 +645,8 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
         os.makedirs(output_dir, exist_ok=True)
         wrap_saved_model(converted, serving_dir, inputs, output_names, schema)
         converted_at = time.perf_counter()
-        real = (inputs_from_examples(examples_dir, inputs, max(batch_sizes))
+        real = (examples.inputs_from_examples(examples_dir, inputs, max(batch_sizes),
+                                              ImporterConfigError)
                 if examples_dir else None)
         checks = verify(serving_dir, onnx_path, inputs, output_names, module, atol, rtol,
                         batch_sizes, real)

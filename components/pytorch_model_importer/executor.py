@@ -11,7 +11,7 @@ from tfx import version as tfx_version
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
-from tfx_bridge import properties
+from tfx_bridge import properties, schema_file
 from tfx_bridge.components.pytorch_model_importer import convert, signature
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ImporterConfigError,
@@ -33,11 +33,11 @@ OPSET_KEY = "opset"
 ATOL_KEY = "atol"
 RTOL_KEY = "rtol"
 FAIL_ON_NOT_EQUIVALENT_KEY = "fail_on_not_equivalent"
-# Custom properties on the Model artifact (DESIGN.md).
-BLESSED_PROPERTY = "blessed"
+# Custom properties on the Model artifact (docs/ARCHITECTURE.md).
+BLESSED_PROPERTY = properties.BLESSED
 SOURCE_PROPERTY = "source"
-MAX_ABS_ERROR_PROPERTY = "max_abs_error"
-REWRITES_PROPERTY = "rewrites"
+MAX_ABS_ERROR_PROPERTY = properties.MAX_ABS_ERROR
+REWRITES_PROPERTY = properties.REWRITES
 TFX_VERSION_PROPERTY = artifact_utils.ARTIFACT_TFX_VERSION_CUSTOM_PROPERTY_KEY
 
 
@@ -78,8 +78,8 @@ class Executor(base_executor.BaseExecutor):
         outputs = signature.check_output_names(_json(exec_properties[OUTPUT_NAMES_KEY], []))
         schema = None
         if input_dict.get(SCHEMA_KEY):
-            from tfx_bridge.components.schema_guard import guard
-            schema = guard.load_schema(artifact_utils.get_single_uri(input_dict[SCHEMA_KEY]))
+            schema = schema_file.load_schema(artifact_utils.get_single_uri(input_dict[SCHEMA_KEY]),
+                                             ImporterConfigError)
         examples_dir = (artifact_utils.get_single_uri(input_dict[EXAMPLES_KEY])
                         if input_dict.get(EXAMPLES_KEY) else None)
         model = artifact_utils.get_single_instance(output_dict[MODEL_KEY])

@@ -1,4 +1,4 @@
-"""Declared model signatures: ``name:dtype:shape[:lo..hi]`` input specs.
+"""The importer's declared signature: input specs (tfx_bridge.tensorspec) and output names.
 
 No TFX, torch or TF imports: the CLI parses specs before loading anything heavy.
 
@@ -8,109 +8,23 @@ No TFX, torch or TF imports: the CLI parses specs before loading anything heavy.
 """
 from __future__ import annotations
 
-import dataclasses
-import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Sequence
 
-import numpy as np
-
+from tfx_bridge import tensorspec
 from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
+from tfx_bridge.tensorspec import DTYPES, NAME_PATTERN, TensorSpec, make_inputs
 
-DTYPES = ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
-# Default value ranges for random check inputs when none is declared.
-DEFAULT_INT_RANGE = (0, 9)
-DEFAULT_FLOAT_RANGE = (-1.0, 1.0)
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorSpec:
-    """One declared input: name, dtype, shape (-1 = dynamic), value range for checks."""
-
-    name: str
-    dtype: str
-    shape: Tuple[int, ...]
-    value_range: Optional[Tuple[float, float]] = None
-
-    @property
-    def is_integer(self) -> bool:
-        return self.dtype.startswith(("int", "uint")) or self.dtype == "bool"
-
-    @property
-    def draw_range(self) -> Tuple[float, float]:
-        if self.value_range is not None:
-            return self.value_range
-        if self.dtype == "bool":
-            return (0, 1)
-        return DEFAULT_INT_RANGE if self.is_integer else DEFAULT_FLOAT_RANGE
-
-    def concrete_shape(self, batch: int, free: int = 4) -> Tuple[int, ...]:
-        """The shape with the leading -1 as ``batch`` and other -1s as ``free``."""
-        dims = []
-        for i, d in enumerate(self.shape):
-            dims.append(d if d >= 0 else (batch if i == 0 else free))
-        return tuple(dims)
-
-    def to_text(self) -> str:
-        text = f"{self.name}:{self.dtype}:{','.join(str(d) for d in self.shape)}"
-        if self.value_range is not None:
-            lo, hi = self.value_range
-            text += f":{_num(lo)}..{_num(hi)}"
-        return text
-
-
-def _num(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else str(v)
+__all__ = ["DTYPES", "TensorSpec", "check_output_names", "make_inputs", "parse_input_spec",
+           "parse_input_specs"]
 
 
 def parse_input_spec(text: str) -> TensorSpec:
-    """Parses ``name:dtype:shape[:lo..hi]``, naming what is wrong."""
-    parts = text.split(":")
-    if len(parts) not in (3, 4):
-        raise ImporterConfigError(
-            f"Input spec {text!r}: expected name:dtype:shape[:lo..hi], e.g. "
-            "'user_id:int64:-1:0..49999' or 'image:float32:-1,3,224,224'.")
-    name, dtype, shape_text = parts[:3]
-    if not _NAME.match(name):
-        raise ImporterConfigError(f"Input spec {text!r}: bad name {name!r}.")
-    if dtype not in DTYPES:
-        raise ImporterConfigError(
-            f"Input spec {text!r}: dtype {dtype!r} is not one of {', '.join(DTYPES)}.")
-    try:
-        shape = tuple(int(d) for d in shape_text.split(",")) if shape_text else ()
-    except ValueError as e:
-        raise ImporterConfigError(
-            f"Input spec {text!r}: shape {shape_text!r} must be comma-separated ints "
-            "(-1 for a dynamic dimension).") from e
-    if any(d < -1 or d == 0 for d in shape):
-        raise ImporterConfigError(f"Input spec {text!r}: dimensions must be positive or -1.")
-    if not shape or shape[0] != -1:
-        raise ImporterConfigError(
-            f"Input spec {text!r}: the first dimension is the batch and must be -1 "
-            "(e.g. -1 or -1,3,224,224).")
-    value_range = None
-    if len(parts) == 4:
-        m = re.match(r"^(-?[0-9.e+-]+)\.\.(-?[0-9.e+-]+)$", parts[3])
-        if not m:
-            raise ImporterConfigError(
-                f"Input spec {text!r}: range {parts[3]!r} must look like 0..999 or -1.5..1.5.")
-        lo, hi = float(m.group(1)), float(m.group(2))
-        if lo > hi:
-            raise ImporterConfigError(f"Input spec {text!r}: range low {lo} > high {hi}.")
-        value_range = (lo, hi)
-    return TensorSpec(name, dtype, shape, value_range)
+    """Parses ``name:dtype:shape[:lo..hi]``, naming what is wrong (ImporterConfigError)."""
+    return tensorspec.parse_input_spec(text, ImporterConfigError)
 
 
 def parse_input_specs(texts: Sequence[str]) -> List[TensorSpec]:
-    if not texts:
-        raise ImporterConfigError(
-            "Declare at least one input, e.g. --input user_id:int64:-1:0..49999.")
-    specs = [parse_input_spec(t) for t in texts]
-    names = [s.name for s in specs]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ImporterConfigError(f"Input names must be unique; repeated: {dupes}.")
-    return specs
+    return tensorspec.parse_input_specs(texts, ImporterConfigError)
 
 
 def check_output_names(names: Sequence[str]) -> List[str]:
@@ -118,29 +32,9 @@ def check_output_names(names: Sequence[str]) -> List[str]:
     if not names:
         raise ImporterConfigError(
             "Name every model output, in order, e.g. --output-name score --output-name experts.")
-    bad = [n for n in names if not _NAME.match(n)]
+    bad = [n for n in names if not NAME_PATTERN.match(n)]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if bad or dupes:
         raise ImporterConfigError(f"Output names must be unique identifiers; bad: {bad}, "
                                   f"repeated: {dupes}.")
     return names
-
-
-def make_inputs(inputs: Sequence[TensorSpec], batch: int, seed: int = 0, free: int = 4
-                ) -> Dict[str, np.ndarray]:
-    """Random inputs within each spec's dtype and value range.
-
-    The batch dimension is ``batch``, every other dynamic dimension ``free``.
-    """
-    rng = np.random.default_rng([seed, batch, free])
-    out = {}
-    for spec in inputs:
-        shape = spec.concrete_shape(batch, free)
-        lo, hi = spec.draw_range
-        if spec.dtype == "bool":
-            out[spec.name] = rng.integers(0, 2, shape).astype(bool)
-        elif spec.is_integer:
-            out[spec.name] = rng.integers(int(lo), int(hi) + 1, shape).astype(spec.dtype)
-        else:
-            out[spec.name] = rng.uniform(lo, hi, shape).astype(spec.dtype)
-    return out

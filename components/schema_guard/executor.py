@@ -12,6 +12,7 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
+from tfx_bridge import properties
 from tfx_bridge.components.schema_guard import contract as contracts
 from tfx_bridge.components.schema_guard import guard, report
 from tfx_bridge.components.schema_guard.errors import AnomaliesFound
@@ -26,7 +27,7 @@ EXCLUDE_SPLITS_KEY = "exclude_splits"
 CHECK_UNKNOWN_FEATURES_KEY = "check_unknown_features"
 BATCH_SIZE_KEY = "batch_size"
 # Custom properties on the ExampleAnomalies artifact.
-BLESSED_PROPERTY = "blessed"
+BLESSED_PROPERTY = properties.BLESSED
 FINDINGS_PROPERTY = "findings"
 _SCAN_FILE = "_scan.json"
 

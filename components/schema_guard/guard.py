@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfx_bridge import layout, schema_file
 from tfx_bridge.components.schema_guard.contract import (
     ARROW_INT_RANGES,
     DTYPES,
@@ -59,7 +60,7 @@ SOURCE_NARROWING = "source_vs_consumer.narrowing"
 
 MAX_SAMPLES = 5
 DEFAULT_BATCH_SIZE = 4096
-SOURCE_SCHEMA_FILE = "source_schema.json"  # ParquetExampleGen's sidecar (DESIGN.md)
+SOURCE_SCHEMA_FILE = layout.SOURCE_SCHEMA_FILE  # ParquetExampleGen's sidecar
 
 _KIND_OF_TYPE = {"INT": WIRE_INT, "FLOAT": WIRE_FLOAT, "BYTES": WIRE_BYTES}
 _DTYPE_WORD = {WIRE_INT: "int", WIRE_FLOAT: "float", WIRE_BYTES: "bytes"}
@@ -219,23 +220,7 @@ def expectations_from_schema(schema) -> Tuple[Expectation, ...]:
 
 def load_schema(path: str):
     """A TFMD Schema from a text proto file or a SchemaGen artifact folder."""
-    import tensorflow as tf
-    from google.protobuf import text_format
-    from tensorflow_metadata.proto.v0 import schema_pb2
-
-    if tf.io.gfile.isdir(path):
-        path = os.path.join(path, "schema.pbtxt")
-    try:
-        with tf.io.gfile.GFile(path, "r") as f:
-            return text_format.Parse(f.read(), schema_pb2.Schema())
-    except tf.errors.OpError as e:
-        raise SchemaGuardConfigError(f"Cannot read schema {path}: {e.message}.") from e
-    except OSError as e:
-        raise SchemaGuardConfigError(f"Cannot read schema {path}: {e}.") from e
-    except text_format.ParseError as e:
-        raise SchemaGuardConfigError(
-            f"Schema {path} is not a TFMD Schema text proto: {e}. Give SchemaGen's "
-            "schema.pbtxt or a file in schemas/.") from e
+    return schema_file.load_schema(path, SchemaGuardConfigError)
 
 
 @dataclasses.dataclass(frozen=True)

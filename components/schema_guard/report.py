@@ -1,6 +1,6 @@
 """SchemaGuard's outputs: TFDV Anomalies protos per split, and readable reports.
 
-Layout (a contract in DESIGN.md), under the ExampleAnomalies artifact folder:
+Layout (a contract: docs/ARCHITECTURE.md), under the ExampleAnomalies artifact folder:
 ``Split-<name>/SchemaDiff.pb`` (binary ``Anomalies``, where stock
 ExampleValidator writes it, so ``tfdv.load_anomalies_binary`` and notebooks
 read it), ``findings.json``, ``report.md`` and ``report.html`` at the root.
@@ -14,12 +14,13 @@ import json
 import os
 from typing import Dict, Iterable, List, Optional
 
+from tfx_bridge import layout
 from tfx_bridge.components.schema_guard import guard
 from tfx_bridge.components.schema_guard.guard import Finding, Findings
 
 ANOMALIES_FILE = "SchemaDiff.pb"
 FINDINGS_FILE = "findings.json"
-REPORT_MD = "report.md"
+REPORT_MD = layout.REPORT_MD
 REPORT_HTML = "report.html"
 
 _REASON = {

@@ -11,6 +11,7 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
+from tfx_bridge import properties
 from tfx_bridge.components.serving_pusher import serving
 
 MODEL_KEY = "model"
@@ -33,7 +34,7 @@ PUSHED_PROPERTY = "pushed"
 PUSHED_DESTINATION_PROPERTY = "pushed_destination"
 PUSHED_VERSION_PROPERTY = "pushed_version"
 REASON_PROPERTY = "push_reason"
-BLESSED_PROPERTY = "blessed"
+BLESSED_PROPERTY = properties.BLESSED
 REPORT_FILE = "push.json"
 
 
@@ -75,7 +76,7 @@ class Executor(base_executor.BaseExecutor):
             "InfraValidator (InfraBlessing)": _blessed(input_dict.get(INFRA_BLESSING_KEY)),
         }
         blessings = {k: v for k, v in blessings.items() if v is not None}
-        flags = str(_prop(model, "serving_flags", "") or "").split()
+        flags = str(_prop(model, properties.SERVING_FLAGS, "") or "").split()
         examples = (artifact_utils.get_single_uri(input_dict[EXAMPLES_KEY])
                     if input_dict.get(EXAMPLES_KEY) else None)
         batching = exec_properties.get(BATCHING_KEY)
@@ -84,7 +85,8 @@ class Executor(base_executor.BaseExecutor):
             exec_properties[BASE_PATH_KEY], exec_properties[MODEL_NAME_KEY],
             label=exec_properties.get(LABEL_KEY) or "stable",
             target=exec_properties.get(TARGET_KEY) or "cpu",
-            requires_gpu=bool(int(_prop(model, "requires_gpu", 0) or 0)), serving_flags=flags,
+            requires_gpu=bool(int(_prop(model, properties.REQUIRES_GPU, 0) or 0)),
+            serving_flags=flags,
             examples_dir=examples,
             allow_contract_change=bool(exec_properties.get(ALLOW_CONTRACT_CHANGE_KEY) or 0),
             keep_versions=int(exec_properties.get(KEEP_VERSIONS_KEY) or 5),

@@ -1,6 +1,6 @@
 """ServingPusher's core: validated, atomic pushes to a TF Serving model base path.
 
-No TFX imports. Layout (a contract in DESIGN.md)::
+No TFX imports. Layout (a contract: docs/ARCHITECTURE.md)::
 
   <base>/models.config               ModelServerConfig text proto, every model under <base>
   <base>/batching_parameters.txt     BatchingParameters text
@@ -248,8 +248,8 @@ def write_warmup(path: str, model_name: str, signature: dict, feeds: Sequence[Di
 def synthesize_feeds(signature: dict, count: int, batch: int = 1,
                      examples_dir: Optional[str] = None) -> List[Dict]:
     """Warmup inputs: from Examples when given, else within each input's dtype."""
-    from tfx_bridge.components.pytorch_model_importer import convert
-    from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
+    from tfx_bridge import examples
+    from tfx_bridge.tensorspec import TensorSpec, make_inputs
 
     specs = []
     for name, s in sorted(signature["inputs"].items()):
@@ -258,12 +258,11 @@ def synthesize_feeds(signature: dict, count: int, batch: int = 1,
         dims = (-1,) + dims[1:]
         specs.append(TensorSpec(name, s["dtype"], dims))
     if examples_dir:
-        real = convert.inputs_from_examples(examples_dir, specs, count * batch)
-        if real is not None and len(next(iter(real.values()))):
-            n = len(next(iter(real.values())))
-            return [{k: v[[(i * batch + j) % n for j in range(batch)]] for k, v in real.items()}
-                    for i in range(count)]
-    return [convert.make_inputs(specs, batch, seed=i) for i in range(count)]
+        real = examples.inputs_from_examples(examples_dir, specs, count * batch,
+                                             PusherConfigError)
+        if real and examples.tile_rows(real, batch) is not None:
+            return [examples.tile_rows(real, batch, start=i * batch) for i in range(count)]
+    return [make_inputs(specs, batch, seed=i) for i in range(count)]
 
 
 # --------------------------------------------------------------------------- publish

@@ -45,13 +45,16 @@ class TrtOptimizer(base_component.BaseComponent):
 
     With TensorRT and a GPU (probed in a subprocess, so a missing libnvinfer
     cannot abort the executor): TF-TRT at the given precision, engines built
-    ahead, validated with native-segment fallback disabled. Without: XLA, frozen
-    XLA, frozen Grappler and TFLite variants (``candidates``, default all) are
-    measured against the original (p50/p99 at batch 1 and 32) and drift-checked
-    on held-out inputs; the fastest that passes is kept, or the original. An
-    XLA choice records ``--xla_cpu_compilation_enabled=true`` and keeps
-    ``serving_default_noxla``; a TFLite choice writes ``model.tflite`` beside
-    the unchanged SavedModel and records ``--prefer_tflite_model=true``.
+    ahead, validated with native-segment fallback disabled. Without: CPU
+    candidates are measured against the original (p50/p99 at batch 1 and 32)
+    and drift-checked on held-out inputs; the fastest that passes is kept, or
+    the original (the report says so). By default only candidates stock TF
+    Serving serves without experimental flags are tried (a frozen,
+    Grappler-optimized graph); XLA, frozen XLA and TFLite are opt-in
+    (``candidates``): an XLA choice records ``--xla_cpu_compilation_enabled=true``
+    and keeps ``serving_default_noxla``; a TFLite choice writes ``model.tflite``
+    beside the unchanged SavedModel and records ``--prefer_tflite_model=true``.
+    Both flags are marked experimental in TF Serving and apply server-wide.
     The backend recorded is the one that ran, never TensorRT when it did not.
 
     Outputs:

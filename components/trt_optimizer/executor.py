@@ -30,14 +30,14 @@ MINIMUM_SEGMENT_SIZE_KEY = "minimum_segment_size"
 MAXIMUM_CACHED_ENGINES_KEY = "maximum_cached_engines"
 FAIL_ON_DRIFT_KEY = "fail_on_drift"
 CANDIDATES_KEY = "candidates"
-# Custom properties on the optimized Model (DESIGN.md).
-BLESSED_PROPERTY = "blessed"
+# Custom properties on the optimized Model (docs/ARCHITECTURE.md).
+BLESSED_PROPERTY = properties.BLESSED
 BACKEND_PROPERTY = "backend"
 PRECISION_PROPERTY = "precision"
-REQUIRES_GPU_PROPERTY = "requires_gpu"
-SERVING_FLAGS_PROPERTY = "serving_flags"
-LATENCY_BEFORE_PROPERTY = "latency_p50_ms_before"
-LATENCY_AFTER_PROPERTY = "latency_p50_ms_after"
+REQUIRES_GPU_PROPERTY = properties.REQUIRES_GPU
+SERVING_FLAGS_PROPERTY = properties.SERVING_FLAGS
+LATENCY_BEFORE_PROPERTY = properties.LATENCY_BEFORE
+LATENCY_AFTER_PROPERTY = properties.LATENCY_AFTER
 
 
 def _get(props, key, default):

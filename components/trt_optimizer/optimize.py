@@ -17,6 +17,13 @@ is kept, or the original when nothing wins:
 TF Serving runs XLA on CPU only with --xla_cpu_compilation_enabled=true, so an
 XLA choice records that flag and keeps ``serving_default_noxla`` beside it.
 
+Both that flag and --prefer_tflite_model are marked "EXPERIMENTAL; CAN BE
+REMOVED ANYTIME!" in TF Serving and apply server-wide. So by default only the
+candidates stock TF Serving serves without experimental flags are tried
+(``frozen``); ``xla-cpu``, ``xla-frozen`` and ``tflite`` are opt-in through
+``candidates``, and the report says what each flag costs. When nothing tried
+beats the original on this host the original is kept, and the report says so.
+
 TF Serving serves ``model.tflite`` from a SavedModel folder only with
 --prefer_tflite_model=true (marked experimental in TF Serving), through its
 TfLiteSession: one single-threaded interpreter per pool, builtin ops only. It
@@ -41,7 +48,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfx_bridge import child
+from tfx_bridge import child, compare, layout, savedmodel
 from tfx_bridge.components.trt_optimizer import tflite
 from tfx_bridge.components.trt_optimizer.detect import Probe
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError, OptimizerError
@@ -53,12 +60,12 @@ from tfx_bridge.savedmodel import (
     XLA_FLAG,
 )
 
-SERVING_DIR = "Format-Serving"
+SERVING_DIR = savedmodel.SERVING_DIR
 NOXLA_SIGNATURE = "serving_default_noxla"
-REPORT_JSON = "report.json"
-REPORT_MD = "report.md"
+REPORT_JSON = layout.REPORT_JSON
+REPORT_MD = layout.REPORT_MD
 REPORT_PNG = "latency.png"
-IMPORTER_REPORT = "report.json"
+IMPORTER_REPORT = layout.REPORT_JSON
 PRECISIONS = ("fp32", "fp16", "int8")
 BACKEND_ORIGINAL = "original"
 BACKEND_TENSORRT = "tensorrt"
@@ -115,27 +122,20 @@ class OptimizeResult:
 
 def resolve_saved_model(path: str) -> str:
     """A SavedModel folder, or a Model artifact folder holding Format-Serving/."""
-    if os.path.exists(os.path.join(path, "saved_model.pb")):
-        return path
-    inner = os.path.join(path, SERVING_DIR)
-    if os.path.exists(os.path.join(inner, "saved_model.pb")):
-        return inner
-    raise OptimizerConfigError(
-        f"{path} is neither a SavedModel (no saved_model.pb) nor a Model artifact folder "
-        f"(no {SERVING_DIR}/saved_model.pb).")
+    return savedmodel.resolve_saved_model(path, OptimizerConfigError)
 
 
 def _input_specs(saved_model_dir: str, fn):
     """The serving inputs as importer TensorSpecs, with value ranges when the importer
     recorded them (report.json beside Format-Serving), so random inputs stay valid."""
-    from tfx_bridge.components.pytorch_model_importer import signature
+    from tfx_bridge import tensorspec
 
     declared = {}
     report = os.path.join(os.path.dirname(saved_model_dir.rstrip("/")), IMPORTER_REPORT)
     if os.path.exists(report):
         with open(report) as f:
             for text in json.load(f).get("inputs", []):
-                spec = signature.parse_input_spec(text)
+                spec = tensorspec.parse_input_spec(text, OptimizerConfigError)
                 declared[spec.name] = spec
     specs = []
     for name, t in sorted(fn.structured_input_signature[1].items()):
@@ -145,22 +145,33 @@ def _input_specs(saved_model_dir: str, fn):
         dims = tuple(-1 if d is None else int(d) for d in t.shape.as_list())
         if not dims or dims[0] != -1:
             dims = (-1,) + dims[1:] if dims else (-1,)
-        specs.append(signature.TensorSpec(name, t.dtype.name, dims))
+        specs.append(tensorspec.TensorSpec(name, t.dtype.name, dims))
     return specs
 
 
-def representative_inputs(specs, batch: int, seed: int, examples_dir: Optional[str] = None
-                          ) -> Dict[str, np.ndarray]:
-    """From Examples when given (tiled to ``batch``), else random within range."""
-    from tfx_bridge.components.pytorch_model_importer import convert
+def representative_inputs(specs, batch: int, seed: int, examples_dir: Optional[str] = None,
+                          held_out: bool = False) -> Dict[str, np.ndarray]:
+    """From Examples when given (tiled to ``batch``), else random within range.
+
+    The records read are split in two halves: timing inputs come from the
+    first, ``held_out`` (drift-check) inputs from the second, so a candidate is
+    never checked on the rows it was timed on (given at least two records).
+    Random inputs differ by ``seed``.
+    """
+    from tfx_bridge import examples, tensorspec
 
     if examples_dir:
-        real = convert.inputs_from_examples(examples_dir, specs, max(batch, 64))
-        if real is not None and len(next(iter(real.values()))):
+        real = examples.inputs_from_examples(examples_dir, specs, 2 * max(batch, 32),
+                                             OptimizerConfigError)
+        if real:
             n = len(next(iter(real.values())))
-            rows = (np.arange(batch) + seed * 7) % n
-            return {k: v[rows] for k, v in real.items()}
-    return convert.make_inputs(specs, batch, seed=seed)
+            if n >= 2:
+                half = n // 2
+                real = {k: (v[half:] if held_out else v[:half]) for k, v in real.items()}
+            tiled = examples.tile_rows(real, batch)
+            if tiled is not None:
+                return tiled
+    return tensorspec.make_inputs(specs, batch, seed=seed)
 
 
 # --------------------------------------------------------------------------- measure
@@ -211,25 +222,13 @@ def drift(reference: Dict[str, np.ndarray], candidate: Dict[str, np.ndarray], at
     out = []
     for name in sorted(reference):
         r, g = np.asarray(reference[name]), np.asarray(candidate.get(name))
-        if g.shape != r.shape or g.dtype != r.dtype:  # a changed contract is drift too
-            out.append(Drift(name, str(r.dtype), float("inf"), float("inf"), int(r.size), None,
-                             False))
-            continue
-        if np.issubdtype(r.dtype, np.integer) or r.dtype == bool:
-            bad = int(np.count_nonzero(r != g))
+        # A changed shape or dtype is a changed contract: drift too.
+        c = compare.compare(r, g, atol, rtol, same_dtype=True)
+        agreement, ok = None, c.ok
+        if compare.is_exact_dtype(r.dtype) and c.max_abs != float("inf"):
             agreement = _topk_agreement(r, g)
-            ok = bad == 0 or (topk_threshold < 1.0 and agreement >= topk_threshold)
-            diff = np.abs(r.astype(np.int64) - g.astype(np.int64))
-            out.append(Drift(name, str(r.dtype), float(diff.max(initial=0)), 0.0, bad,
-                             agreement, ok))
-            continue
-        rf, gf = r.astype(np.float64), g.astype(np.float64)
-        diff = np.abs(rf - gf)
-        diff[np.isnan(rf) & np.isnan(gf)] = 0.0
-        rel = diff / np.maximum(np.abs(rf), 1e-12)
-        bad = int(np.count_nonzero(~(diff <= atol + rtol * np.abs(rf))))
-        out.append(Drift(name, str(r.dtype), float(diff.max(initial=0)),
-                         float(rel.max(initial=0)), bad, None, bad == 0))
+            ok = c.ok or (topk_threshold < 1.0 and agreement >= topk_threshold)
+        out.append(Drift(name, str(r.dtype), c.max_abs, c.max_rel, c.mismatches, agreement, ok))
     return out
 
 
@@ -323,6 +322,11 @@ def build_cpu_candidate(name: str, loaded, out_dir: str) -> List[str]:
 
 
 CPU_CANDIDATES = ("xla-cpu", "xla-frozen", "frozen", "tflite")
+# The experimental TF Serving flag each candidate needs (None: none).
+CANDIDATE_FLAG = {"xla-cpu": XLA_FLAG, "xla-frozen": XLA_FLAG, "frozen": None,
+                  "tflite": TFLITE_FLAG}
+# Tried unless ``candidates`` says otherwise: what stock TF Serving serves as is.
+DEFAULT_CPU_CANDIDATES = tuple(n for n in CPU_CANDIDATES if CANDIDATE_FLAG[n] is None)
 _BACKEND = {"xla-cpu": "xla-cpu", "xla-frozen": "xla-cpu", "frozen": "grappler-cpu",
             "tflite": "tflite-cpu"}
 # What the ``backend`` property can say on a host without TensorRT.
@@ -343,7 +347,8 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
     """Optimizes ``model_path`` into ``output_dir`` (the Model artifact layout).
 
     ``candidates`` picks which of ``CPU_CANDIDATES`` are tried on a host
-    without TensorRT (default: all). ``extra_candidates`` maps a name to
+    without TensorRT (default: ``DEFAULT_CPU_CANDIDATES``, those that need no
+    experimental TF Serving flag; XLA and TFLite are opt-in). ``extra_candidates`` maps a name to
     ``builder(loaded, out_dir) -> flags`` (tests use it to offer a
     deliberately perturbed variant to the drift gate).
     """
@@ -355,7 +360,7 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
         raise OptimizerConfigError(f"precision {precision!r}: use one of {PRECISIONS}.")
     if not 0.0 < topk_threshold <= 1.0:
         raise OptimizerConfigError(f"topk_threshold must be in (0, 1], got {topk_threshold}.")
-    cpu_candidates = CPU_CANDIDATES if candidates is None else tuple(candidates)
+    cpu_candidates = DEFAULT_CPU_CANDIDATES if candidates is None else tuple(candidates)
     unknown = sorted(set(cpu_candidates) - set(CPU_CANDIDATES))
     if unknown:
         raise OptimizerConfigError(f"unknown candidates {unknown}: use some of "
@@ -368,7 +373,8 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
     specs = _input_specs(source, fn)
     bench_feeds = {b: representative_inputs(specs, b, seed=1, examples_dir=examples_dir)
                    for b in batches}
-    held_out = {b: representative_inputs(specs, b, seed=2, examples_dir=examples_dir)
+    held_out = {b: representative_inputs(specs, b, seed=2, examples_dir=examples_dir,
+                                         held_out=True)
                 for b in batches}
     original_servable = tf_servable(fn)
     reference = {b: original_servable.outputs(held_out[b]) for b in batches}
@@ -565,7 +571,8 @@ def build_report(results, chosen, probe: Probe, precision, batches, atol, rtol, 
                      "available": probe.tensorrt, "gpus": probe.gpus,
                      "linked_version": probe.linked_version,
                      "why_not": probe.why_not() or None},
-        "serving_notes": serving_notes(chosen.serving_flags),
+        "serving_notes": serving_notes(chosen.serving_flags)
+        + kept_original_notes(chosen, results, probe.can_run_tensorrt),
         "rewrites": chosen.notes,
         "latency_before_ms": before,
         "latency_after_ms": after,
@@ -580,14 +587,32 @@ def serving_notes(flags: Sequence[str]) -> List[str]:
     """What each serving flag the kept model needs means for the server."""
     notes = []
     if XLA_FLAG in flags:
-        notes.append(f"TF Serving needs `{XLA_FLAG}` for the XLA-compiled serving_default; "
+        notes.append(f"TF Serving needs `{XLA_FLAG}` for the XLA-compiled serving_default "
+                     "(marked experimental in TF Serving, server-wide); "
                      f"`{NOXLA_SIGNATURE}` is kept for servers without it.")
     if TFLITE_FLAG in flags:
         notes.append(f"TF Serving serves `{TFLITE_FILE}` only with `{TFLITE_FLAG}` "
-                     f"(experimental in TF Serving); under it the server exposes "
-                     f"{SERVING_SIGNATURE} only ({EXAMPLE_SIGNATURE} stays in the SavedModel). "
-                     "Without the flag it serves the unchanged SavedModel.")
+                     f"(marked experimental in TF Serving, server-wide, ignored by TFRT-based "
+                     f"servers); under it the server exposes {SERVING_SIGNATURE} only "
+                     f"({EXAMPLE_SIGNATURE} stays in the SavedModel, so tf.Example clients "
+                     "lose it on that server). Without the flag it serves the unchanged "
+                     "SavedModel, at the original's speed.")
     return notes
+
+
+def kept_original_notes(chosen: CandidateResult, results: List[CandidateResult],
+                        trt: bool) -> List[str]:
+    """Says plainly when the kept model is the original, and why."""
+    if trt or chosen.name != BACKEND_ORIGINAL:
+        return []
+    tried = [r.name for r in results[1:]]
+    opt_in = sorted(n for n, flag in CANDIDATE_FLAG.items() if flag and n not in tried)
+    note = ("Kept the original SavedModel: nothing faster exists on this host among the "
+            f"candidates tried ({', '.join(tried) or 'none'}).")
+    if opt_in:
+        note += (" Opt-in candidates that need experimental TF Serving flags: "
+                 + ", ".join(f"{n} ({CANDIDATE_FLAG[n]})" for n in opt_in) + ".")
+    return [note]
 
 
 def write_report(output_dir: str, report: dict, results: List[CandidateResult]) -> None:

@@ -81,6 +81,7 @@ def test_probe_without_tensorrt_reports_reason_and_survives():
 def test_cpu_path_end_to_end_rejects_perturbed_candidate(imported_moe, tmp_path):
     out = str(tmp_path / "opt")
     result = optimize.optimize(imported_moe, out, iterations=30,
+                               candidates=list(optimize.CPU_CANDIDATES),
                                extra_candidates={"perturbed": _perturbed})
     report = result.report
     by_name = {c["name"]: c for c in report["candidates"]}
@@ -110,6 +111,22 @@ def test_cpu_path_end_to_end_rejects_perturbed_candidate(imported_moe, tmp_path)
 
 
 @pytest.mark.slow
+def test_default_cpu_run_needs_no_experimental_serving_flag(imported_mlp, tmp_path):
+    out = str(tmp_path / "opt")
+    result = optimize.optimize(imported_mlp, out, iterations=20)
+    names = [c["name"] for c in result.report["candidates"]]
+    assert names == ["original", *optimize.DEFAULT_CPU_CANDIDATES]
+    assert "tflite" not in names and not any(n.startswith("xla") for n in names)
+    assert result.serving_flags == [] and result.report["serving_flags"] == []
+    assert not os.path.exists(os.path.join(out, "Format-Serving", optimize.TFLITE_FILE))
+    if result.backend == optimize.BACKEND_ORIGINAL:
+        note = result.report["serving_notes"][-1]
+        assert note.startswith("Kept the original SavedModel: nothing faster exists")
+        assert f"tflite ({optimize.TFLITE_FLAG})" in note
+        assert "Kept the original SavedModel" in open(os.path.join(out, "report.md")).read()
+
+
+@pytest.mark.slow
 def test_tflite_candidate_matches_original_and_keeps_savedmodel(imported_mlp, tmp_path):
     out = str(tmp_path / "opt")
     result = optimize.optimize(imported_mlp, out, iterations=30, candidates=["tflite"])
@@ -122,7 +139,9 @@ def test_tflite_candidate_matches_original_and_keeps_savedmodel(imported_mlp, tm
     assert {"serving_default", "serving_tf_example"} <= set(sigs)
     if result.backend == "tflite-cpu":
         assert result.serving_flags == [optimize.TFLITE_FLAG]
-        assert "serving_tf_example stays in the SavedModel" in result.report["serving_notes"][0]
+        note = result.report["serving_notes"][0]
+        assert "serving_tf_example stays in the SavedModel" in note
+        assert "marked experimental in TF Serving, server-wide" in note
         servable = optimize.load_servable(serving_dir, result.serving_flags)
         x = np.random.default_rng(3).normal(size=(7, 8)).astype(np.float32)
         want = sigs["serving_default"](x=tf.constant(x))["logits"].numpy()
@@ -211,3 +230,21 @@ def test_cli_optimize_json_reports_backend(imported_moe, tmp_path):
     assert summary["backend"] in optimize.CPU_BACKENDS
     assert summary["tensorrt_ran"] is False and summary["requires_gpu"] is False
     assert "TensorRT: not used" in proc.stderr
+
+
+def test_representative_inputs_held_out_rows_disjoint_from_timing_rows(tmp_path):
+    from tfx_bridge import tensorspec
+
+    split = tmp_path / "Split-eval"
+    split.mkdir()
+    with tf.io.TFRecordWriter(str(split / "data.gz"), options="GZIP") as writer:
+        for i in range(100):
+            ex = tf.train.Example()
+            ex.features.feature["x"].int64_list.value.append(i)
+            writer.write(ex.SerializeToString())
+    specs = [tensorspec.TensorSpec("x", "int64", (-1,))]
+    timing = optimize.representative_inputs(specs, 32, seed=1, examples_dir=str(tmp_path))
+    held = optimize.representative_inputs(specs, 32, seed=2, examples_dir=str(tmp_path),
+                                          held_out=True)
+    assert len(timing["x"]) == len(held["x"]) == 32
+    assert not set(timing["x"].tolist()) & set(held["x"].tolist())

@@ -1,0 +1,49 @@
+"""Output comparison: one definition of "the same numbers" for every check.
+
+Used by the importer (converted vs torch/onnxruntime) and the optimizer
+(candidate vs original). Floats: max abs and rel error, a value within
+``atol + rtol * |reference|``, NaN matching NaN; integer and bool outputs:
+exact. A different shape (or, when ``same_dtype``, dtype) is a mismatch of every
+element.
+
+Example:
+  >>> import numpy as np
+  >>> compare(np.array([1.0, 2.0]), np.array([1.0, 2.00001]), atol=1e-4).ok
+  True
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    max_abs: float
+    max_rel: float
+    mismatches: int
+    ok: bool
+
+
+def is_exact_dtype(dtype) -> bool:
+    """Integer and bool outputs (ids, top-k indices, flags) must match exactly."""
+    dtype = np.dtype(dtype)
+    return bool(np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.bool_))
+
+
+def compare(reference, got, atol: float, rtol: float = 0.0,
+            same_dtype: bool = False) -> Comparison:
+    r, g = np.asarray(reference), np.asarray(got)
+    if r.shape != g.shape or (same_dtype and r.dtype != g.dtype):
+        return Comparison(float("inf"), float("inf"), int(max(r.size, g.size)), False)
+    if is_exact_dtype(r.dtype):
+        diff = np.abs(r.astype(np.int64) - g.astype(np.int64))
+        bad = int(np.count_nonzero(diff))
+        return Comparison(float(diff.max(initial=0)), 0.0, bad, bad == 0)
+    rf, gf = r.astype(np.float64), g.astype(np.float64)
+    diff = np.abs(rf - gf)
+    diff[np.isnan(rf) & np.isnan(gf)] = 0.0
+    rel = diff / np.maximum(np.abs(rf), 1e-12)
+    bad = int(np.count_nonzero(~(diff <= atol + rtol * np.abs(rf))))
+    return Comparison(float(diff.max(initial=0)), float(rel.max(initial=0)), bad, bad == 0)

@@ -1,0 +1,72 @@
+"""Model inputs read from an Examples artifact, and tiled to the batch a check needs.
+
+Shared by the importer (equivalence checks on real rows), the optimizer (timing
+and drift inputs) and the pusher (warmup requests). No TFX imports; the
+Examples folder may be a URI (read through tf.io.gfile).
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, Optional, Sequence, Type
+
+import numpy as np
+
+from tfx_bridge.errors import BridgeError
+from tfx_bridge.tensorspec import TensorSpec
+
+
+def feature_spec(spec: TensorSpec, error: Type[Exception] = BridgeError):
+    """The tf.io parse spec of a declared input (int64/float32 on the wire)."""
+    import tensorflow as tf
+
+    wire = tf.float32 if spec.dtype.startswith("float") else tf.int64
+    inner = spec.shape[1:]
+    if all(d > 0 for d in inner):
+        return tf.io.FixedLenFeature(inner, wire)
+    if len(inner) == 1:
+        return tf.io.VarLenFeature(wire)
+    raise error(
+        f"Input {spec.name!r} {spec.shape}: the tf.Example signature parses fixed shapes or "
+        "one variable-length dimension; declare the inner dimensions.")
+
+
+def parse_examples(serialized, inputs: Sequence[TensorSpec],
+                   error: Type[Exception] = BridgeError) -> Dict[str, object]:
+    """tf.io.parse_example with the wire dtypes, then a cast to each declared dtype."""
+    import tensorflow as tf
+
+    parsed = tf.io.parse_example(serialized, {s.name: feature_spec(s, error) for s in inputs})
+    out = {}
+    for s in inputs:
+        value = parsed[s.name]
+        if isinstance(value, tf.sparse.SparseTensor):
+            value = tf.sparse.to_dense(value)
+        out[s.name] = tf.cast(value, tf.as_dtype(s.dtype))
+    return out
+
+
+def inputs_from_examples(examples_dir: str, inputs: Sequence[TensorSpec], count: int,
+                         error: Type[Exception] = BridgeError
+                         ) -> Optional[Dict[str, np.ndarray]]:
+    """Up to ``count`` rows of real inputs parsed from an Examples folder (None if empty)."""
+    import tensorflow as tf
+
+    files = sorted(tf.io.gfile.glob(os.path.join(examples_dir, "Split-*", "*")))
+    if not files:
+        return None
+    ds = tf.data.TFRecordDataset(files, compression_type="GZIP").take(count).batch(count)
+    serialized = next(iter(ds), None)
+    if serialized is None:
+        return None
+    parsed = parse_examples(serialized, inputs, error)
+    return {spec.name: parsed[spec.name].numpy() for spec in inputs}
+
+
+def tile_rows(rows: Dict[str, np.ndarray], batch: int, start: int = 0
+              ) -> Optional[Dict[str, np.ndarray]]:
+    """``batch`` rows taken cyclically from ``start``; None when ``rows`` is empty."""
+    n = len(next(iter(rows.values()))) if rows else 0
+    if not n:
+        return None
+    take = (start + np.arange(batch)) % n
+    return {k: v[take] for k, v in rows.items()}

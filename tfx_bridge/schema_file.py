@@ -1,0 +1,37 @@
+"""Reading a TFMD Schema: a text proto file, or a SchemaGen/ImportSchemaGen artifact folder.
+
+Shared by SchemaGuard and the importer (the tf.Example parse contract). No TFX
+imports; the path may be a URI (tf.io.gfile).
+"""
+from __future__ import annotations
+
+import os
+from typing import Type
+
+from tfx_bridge.errors import BridgeError
+
+SCHEMA_FILE = "schema.pbtxt"
+
+
+def load_schema(path: str, error: Type[Exception] = BridgeError):
+    """The Schema at ``path``; a folder means its schema.pbtxt (SchemaGen's layout)."""
+    import tensorflow as tf
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    if tf.io.gfile.isdir(path):
+        path = os.path.join(path, SCHEMA_FILE)
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            return text_format.Parse(f.read(), schema_pb2.Schema())
+    except tf.errors.OpError as e:
+        raise error(f"Cannot read schema {path}: {e.message}.") from e
+    except OSError as e:
+        raise error(f"Cannot read schema {path}: {e}.") from e
+    except UnicodeDecodeError as e:
+        raise error(f"Schema {path} is not text ({e.reason} at byte {e.start}): give "
+                    "SchemaGen's schema.pbtxt or a file in schemas/.") from e
+    except text_format.ParseError as e:
+        raise error(
+            f"Schema {path} is not a TFMD Schema text proto: {e}. Give SchemaGen's "
+            "schema.pbtxt or a file in schemas/.") from e
