@@ -3,7 +3,8 @@
 Verbs call the same cores as the components' executors. Every verb takes
 ``--json`` (the last stdout line is then a one-line JSON summary) and
 ``--debug`` (show tracebacks). Exit codes: 0 done; 1 a check failed;
-2 bad usage or bad input (one message on stderr); 3 an internal error.
+2 bad usage or bad input (one message on stderr); 3 an internal error;
+4 busy: another run holds a lock, retry later (docs/ARCHITECTURE.md).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
+EXIT_BUSY = 4
 
 DEFAULT_DEMO_DIR = "demo_output"
 # Where kubeflow/Dockerfile puts schemas/ inside the component image.
@@ -266,7 +268,9 @@ def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
                           serving_flags=props.get("serving_flags") or [],
                           examples_dir=args.examples,
                           allow_contract_change=args.allow_contract_change,
-                          keep_versions=args.keep_versions, blessings=blessings)
+                          keep_versions=args.keep_versions, blessings=blessings,
+                          server_base_path=args.server_base_path,
+                          lock_timeout_s=args.lock_timeout)
     progress(result.reason)
     print(("Pushed: " if result.pushed else "Not pushed: ") + result.reason)
     progress("Done")
@@ -279,7 +283,8 @@ def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
 def cmd_rollback(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.components.serving_pusher import serving
 
-    labels = serving.rollback(args.base_path, args.model_name, args.to)
+    labels = serving.rollback(args.base_path, args.model_name, args.to,
+                              server_base_path=args.server_base_path)
     print(f"{args.model_name}: stable -> version {labels['stable']}; labels {labels}")
     return {"model_name": args.model_name, "labels": labels}
 
@@ -498,6 +503,11 @@ def build_parser() -> argparse.ArgumentParser:
     psh.add_argument("--allow-contract-change", action="store_true",
                      help="push even if inputs/outputs differ from the served version")
     psh.add_argument("--keep-versions", type=int, default=5)
+    psh.add_argument("--server-base-path", default="/models",
+                     help="where the server sees --base-path (models.config and the manifest's "
+                          "mount use it; default /models)")
+    psh.add_argument("--lock-timeout", type=float, default=600.0,
+                     help="seconds to wait for another push's lock before exit 4 (busy)")
     _add_common(psh)
     psh.set_defaults(func=cmd_push)
 
@@ -505,6 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--base-path", required=True)
     rb.add_argument("--model-name", required=True)
     rb.add_argument("--to", type=int, required=True, help="version to serve as stable")
+    rb.add_argument("--server-base-path", default="/models",
+                    help="where the server sees --base-path (default /models)")
     _add_common(rb)
     rb.set_defaults(func=cmd_rollback)
     return parser
@@ -517,11 +529,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         _quiet_libraries()
     logging.basicConfig(level=logging.INFO if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    from tfx_bridge.errors import BridgeError, CheckFailed
+    from tfx_bridge.errors import BridgeError, Busy, CheckFailed
 
     try:
         summary = args.func(args)
         code = summary.pop("_exit", EXIT_OK) if isinstance(summary, dict) else EXIT_OK
+    except Busy as e:
+        if args.debug:
+            raise
+        print(f"tfx-bridge {args.verb}: busy, retry later: {e}", file=sys.stderr)
+        summary, code = {"error": str(e), "error_type": type(e).__name__}, EXIT_BUSY
     except CheckFailed as e:
         if args.debug:
             raise

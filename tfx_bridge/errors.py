@@ -4,12 +4,20 @@ Each component has its own typed subclasses (e.g.
 ``tfx_bridge.components.parquet_example_gen.errors``). The CLI turns any
 ``BridgeError`` into one message on stderr and exit code 2 (bad input or
 configuration); a failed check on a model or data set is a recorded result
-with exit code 1, not an exception.
+with exit code 1, not an exception; ``Busy`` (a lock another run holds) is
+exit code 4, retryable.
 """
 
 
 class BridgeError(ValueError):
     """Bad input or configuration. Retrying without a change will not help."""
+
+
+class Busy(Exception):
+    """Another run holds what this one needs (a lock). Retrying later will help.
+
+    Mixed into a component's own error type; the CLI exits 4 for it.
+    """
 
 
 class CheckFailed(BridgeError):

@@ -27,6 +27,7 @@ class ServingPusherSpec(component_spec.ComponentSpec):
         executor.KEEP_VERSIONS_KEY: ExecutionParameter(type=int, optional=True),
         executor.WARMUP_RECORDS_KEY: ExecutionParameter(type=int, optional=True),
         executor.BATCHING_KEY: ExecutionParameter(type=str, optional=True),
+        executor.SERVER_BASE_PATH_KEY: ExecutionParameter(type=str, optional=True),
     }
     INPUTS = {
         MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
@@ -56,7 +57,9 @@ class ServingPusher(base_component.BaseComponent):
     stages, fsyncs and renames to the next integer version under a lock;
     writes models.config (labels stable/canary), batching_parameters.txt,
     monitoring.config and a Kubernetes manifest; keeps the newest versions and
-    every labeled one.
+    every labeled one. ``server_base_path`` is where the server sees
+    ``base_path`` (default ``/models``, the manifest's mount): every
+    ``base_path`` in models.config points under it.
 
     Outputs:
       pushed_model: ``standard_artifacts.PushedModel`` with ``pushed`` (1/0),
@@ -76,7 +79,8 @@ class ServingPusher(base_component.BaseComponent):
                  schema_guard=None, model_blessing=None, infra_blessing=None, examples=None,
                  label: str = "stable", target: str = "cpu",
                  allow_contract_change: bool = False, keep_versions: int = 5,
-                 warmup_records: int = 10, batching_parameters: Optional[dict] = None):
+                 warmup_records: int = 10, batching_parameters: Optional[dict] = None,
+                 server_base_path: str = serving.SERVER_MOUNT):
         if label not in serving.LABELS:
             raise PusherConfigError(f"ServingPusher: label {label!r}; use {serving.LABELS}.")
         if target not in serving.TARGETS:
@@ -94,5 +98,6 @@ class ServingPusher(base_component.BaseComponent):
             keep_versions=keep_versions, warmup_records=warmup_records,
             batching_parameters=None if batching_parameters is None
             else json.dumps(batching_parameters),
+            server_base_path=server_base_path,
             pushed_model=channel.Channel(type=standard_artifacts.PushedModel))
         super().__init__(spec=spec)

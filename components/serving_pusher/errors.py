@@ -1,5 +1,5 @@
 """Typed errors of ServingPusher."""
-from tfx_bridge.errors import BridgeError, CheckFailed
+from tfx_bridge.errors import BridgeError, Busy, CheckFailed
 
 
 class PusherError(BridgeError):
@@ -8,6 +8,13 @@ class PusherError(BridgeError):
 
 class PusherConfigError(PusherError):
     """Bad configuration: label, target, retention, an unknown version to roll back to."""
+
+
+class PushLocked(PusherError, Busy):
+    """Another push holds the model's lock: nothing is wrong with the input; retry later.
+
+    The CLI exits 4 (retryable), not 2.
+    """
 
 
 class PushRefused(CheckFailed):

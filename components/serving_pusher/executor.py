@@ -29,6 +29,7 @@ ALLOW_CONTRACT_CHANGE_KEY = "allow_contract_change"
 KEEP_VERSIONS_KEY = "keep_versions"
 WARMUP_RECORDS_KEY = "warmup_records"
 BATCHING_KEY = "batching_parameters"
+SERVER_BASE_PATH_KEY = "server_base_path"
 # The stock PushedModel properties, and ours.
 PUSHED_PROPERTY = "pushed"
 PUSHED_DESTINATION_PROPERTY = "pushed_destination"
@@ -92,7 +93,8 @@ class Executor(base_executor.BaseExecutor):
             keep_versions=int(exec_properties.get(KEEP_VERSIONS_KEY) or 5),
             warmup_records=int(exec_properties.get(WARMUP_RECORDS_KEY) or 10),
             blessings=blessings,
-            batching_overrides=None if batching is None else json.loads(batching))
+            batching_overrides=None if batching is None else json.loads(batching),
+            server_base_path=exec_properties.get(SERVER_BASE_PATH_KEY) or serving.SERVER_MOUNT)
         pushed.set_int_custom_property(PUSHED_PROPERTY, 1 if result.pushed else 0)
         pushed.set_string_custom_property(REASON_PROPERTY, result.reason)
         if result.pushed:

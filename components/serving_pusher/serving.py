@@ -36,7 +36,7 @@ from typing import Dict, List, Optional, Sequence
 from tfx_bridge import child
 from tfx_bridge.components.serving_pusher.errors import (
     PusherConfigError,
-    PusherError,
+    PushLocked,
     PushRefused,
 )
 from tfx_bridge.savedmodel import SERVER_FLAGS, SERVING_SIGNATURE, TFLITE_FILE, TFLITE_FLAG
@@ -55,6 +55,9 @@ LABELS = ("stable", "canary")
 TARGETS = ("cpu", "gpu")
 SERVING_IMAGE = {"cpu": "tensorflow/serving:2.16.1", "gpu": "tensorflow/serving:2.16.1-gpu"}
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
+# Where the manifest mounts the base path inside the server container; models.config
+# names every model's base_path under it.
+SERVER_MOUNT = "/models"
 
 # BatchingParameters defaults (TF Serving's batching guide): small batches and
 # a short timeout on CPU, where latency dominates; bigger on GPU.
@@ -270,11 +273,13 @@ def synthesize_feeds(signature: dict, count: int, batch: int = 1,
 
 @dataclasses.dataclass
 class State:
-    """Per model: labels -> version, and the highest version ever issued."""
+    """Per model: labels -> version, the highest version ever issued, content digests,
+    and the TF Serving flags its versions need (the manifest is written from these)."""
 
     labels: Dict[str, int] = dataclasses.field(default_factory=dict)
     last_version: int = 0
     digests: Dict[str, str] = dataclasses.field(default_factory=dict)
+    server_flags: List[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def load(cls, model_root: str) -> State:
@@ -284,12 +289,14 @@ class State:
         with open(path) as f:
             doc = json.load(f)
         return cls({k: int(v) for k, v in doc.get("labels", {}).items()},
-                   int(doc.get("last_version", 0)), dict(doc.get("digests", {})))
+                   int(doc.get("last_version", 0)), dict(doc.get("digests", {})),
+                   sorted(str(f) for f in doc.get("server_flags", [])))
 
     def save(self, model_root: str) -> None:
         _atomic_write(os.path.join(model_root, STATE_FILE),
                       json.dumps({"labels": self.labels, "last_version": self.last_version,
-                                  "digests": self.digests}, indent=2, sort_keys=True))
+                                  "digests": self.digests, "server_flags": self.server_flags},
+                                 indent=2, sort_keys=True))
 
 
 def model_digest(saved_model_dir: str) -> str:
@@ -341,9 +348,9 @@ def push_lock(model_root: str, timeout_s: float = 600.0):
                 if e.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
                 if time.monotonic() > deadline:
-                    raise PusherError(
-                        f"Another push holds {model_root}/{LOCK_FILE} for over {timeout_s}s; "
-                        "retry later.") from e
+                    raise PushLocked(
+                        f"Another push holds {model_root}/{LOCK_FILE} for over {timeout_s}s "
+                        "(a lock, not bad input): retry when it finishes.") from e
                 time.sleep(0.05)
         yield
     finally:
@@ -386,7 +393,7 @@ def _copy_synced(src: str, dst: str) -> None:
 
 def publish(saved_model_dir: str, base_path: str, model_name: str,
             warmup_file: Optional[str] = None, label: Optional[str] = "stable",
-            digest: Optional[str] = None) -> int:
+            digest: Optional[str] = None, lock_timeout_s: float = 600.0) -> int:
     """Stages, fsyncs and renames into the next version; returns it."""
     if _is_remote(base_path):
         return _publish_object_store(saved_model_dir, base_path, model_name, warmup_file, label)
@@ -400,7 +407,7 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
             _copy_synced(warmup_file, os.path.join(staging, WARMUP_DIR, WARMUP_FILE))
             _fsync_dir(os.path.join(staging, WARMUP_DIR))
             _fsync_dir(staging)
-        with push_lock(model_root):
+        with push_lock(model_root, lock_timeout_s):
             state = State.load(model_root)
             version = max([state.last_version, *versions(model_root)]) + 1
             # Issue the number first: a crash after this wastes a number, never reuses one.
@@ -496,8 +503,12 @@ def set_label(base_path: str, model_name: str, label: str, version: int) -> None
 # --------------------------------------------------------------------------- configs
 
 
-def models_config_text(base_path: str) -> str:
-    """ModelServerConfig for every model under ``base_path``, checked by parsing."""
+def models_config_text(base_path: str, server_base_path: str = SERVER_MOUNT) -> str:
+    """ModelServerConfig for every model under ``base_path``, checked by parsing.
+
+    Each model's ``base_path`` is where the *server* sees it:
+    ``<server_base_path>/<name>`` (the manifest mounts ``base_path`` there).
+    """
     from google.protobuf import text_format
     from tensorflow_serving.config import model_server_config_pb2 as msc
 
@@ -508,7 +519,8 @@ def models_config_text(base_path: str) -> str:
             continue
         state = State.load(root)
         entry = config.model_config_list.config.add(
-            name=name, base_path=os.path.abspath(root), model_platform="tensorflow")
+            name=name, base_path=f"{server_base_path.rstrip('/')}/{name}",
+            model_platform="tensorflow")
         live = sorted(set(state.labels.values()) | {versions(root)[-1]})
         entry.model_version_policy.specific.versions.extend(live)
         for label, version in sorted(state.labels.items()):
@@ -552,6 +564,7 @@ def _batching_message():
 
 
 def batching_text(target: str, overrides: Optional[dict] = None) -> str:
+    """BatchingParameters text: the defaults for ``target`` plus ``overrides``."""
     from google.protobuf import text_format
 
     params = dict(BATCHING_DEFAULTS[target])
@@ -560,20 +573,17 @@ def batching_text(target: str, overrides: Optional[dict] = None) -> str:
         raise PusherConfigError(f"Unknown batching fields {sorted(unknown)}; known: "
                                 f"{sorted(_BATCHING_FIELDS)}.")
     params.update(overrides or {})
-    lines = []
-    for key in sorted(params):
-        value = params[key]
+    message = _batching_message()()
+    for key, value in params.items():
         if key == "pad_variable_length_inputs":
-            lines.append(f"{key}: {'true' if value else 'false'}")
+            message.pad_variable_length_inputs = bool(value)
         elif key == "allowed_batch_sizes":
-            lines.extend(f"{key}: {int(v)}" for v in value)
+            message.allowed_batch_sizes.extend(int(v) for v in value)
         elif key == "thread_pool_name":
-            lines.append(f"{key} {{ value: {json.dumps(str(value))} }}")
+            message.thread_pool_name.value = str(value)
         else:
-            lines.append(f"{key} {{ value: {int(value)} }}")
-    text = "\n".join(lines) + "\n"
-    text_format.Parse(text, _batching_message()())
-    return text
+            getattr(message, key).value = int(value)
+    return text_format.MessageToString(message)
 
 
 def monitoring_text() -> str:
@@ -581,83 +591,70 @@ def monitoring_text() -> str:
 
 
 def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
-                 app: str = "tf-serving") -> str:
+                 app: str = "tf-serving", server_base_path: str = SERVER_MOUNT) -> str:
+    """Deployment + Service for tensorflow/serving, built as data and dumped with PyYAML.
+
+    ``base_path`` is mounted at ``server_base_path``, where models.config points.
+    """
+    import yaml
+
+    mount = server_base_path.rstrip("/")
     args = ["--port=8500", "--rest_api_port=8501",
-            f"--model_config_file=/models/{MODELS_CONFIG}",
+            f"--model_config_file={mount}/{MODELS_CONFIG}",
             "--model_config_file_poll_wait_seconds=60", "--enable_batching",
-            f"--batching_parameters_file=/models/{BATCHING_FILE}",
-            f"--monitoring_config_file=/models/{MONITORING_FILE}"]
+            f"--batching_parameters_file={mount}/{BATCHING_FILE}",
+            f"--monitoring_config_file={mount}/{MONITORING_FILE}"]
     args += sorted(set(flags) & set(SERVER_FLAGS))
-    gpu = "\n            nvidia.com/gpu: 1" if target == "gpu" else ""
-    arg_lines = "\n".join(f"            - {a}" for a in args)
-    return f"""# TF Serving for the models under {base_path} (mounted at /models).
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {app}
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {{app: {app}}}
-  template:
-    metadata:
-      labels: {{app: {app}}}
-      annotations:
-        prometheus.io/scrape: "true"
-        prometheus.io/port: "8501"
-        prometheus.io/path: "{PROMETHEUS_PATH}"
-    spec:
-      containers:
-        - name: serving
-          image: {SERVING_IMAGE[target]}
-          args:
-{arg_lines}
-          ports:
-            - {{containerPort: 8500, name: grpc}}
-            - {{containerPort: 8501, name: http}}
-          readinessProbe:
-            httpGet: {{path: /v1/models, port: 8501}}
-          resources:
-            limits:
-              cpu: "4"
-              memory: 8Gi{gpu}
-          volumeMounts:
-            - {{name: models, mountPath: /models}}
-      volumes:
-        - name: models
-          hostPath: {{path: {os.path.abspath(base_path)}}}
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: {app}
-spec:
-  selector: {{app: {app}}}
-  ports:
-    - {{name: grpc, port: 8500}}
-    - {{name: http, port: 8501}}
-"""
+    limits = {"cpu": "4", "memory": "8Gi"}
+    if target == "gpu":
+        limits["nvidia.com/gpu"] = 1
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {
+                "metadata": {"labels": {"app": app}, "annotations": {
+                    "prometheus.io/scrape": "true", "prometheus.io/port": "8501",
+                    "prometheus.io/path": PROMETHEUS_PATH}},
+                "spec": {
+                    "containers": [{
+                        "name": "serving", "image": SERVING_IMAGE[target], "args": args,
+                        "ports": [{"containerPort": 8500, "name": "grpc"},
+                                  {"containerPort": 8501, "name": "http"}],
+                        "readinessProbe": {"httpGet": {"path": "/v1/models", "port": 8501}},
+                        "resources": {"limits": limits},
+                        "volumeMounts": [{"name": "models", "mountPath": mount}]}],
+                    "volumes": [{"name": "models",
+                                 "hostPath": {"path": os.path.abspath(base_path)}}]}}}}
+    service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": app},
+        "spec": {"selector": {"app": app},
+                 "ports": [{"name": "grpc", "port": 8500}, {"name": "http", "port": 8501}]}}
+    header = f"# TF Serving for the models under {base_path} (mounted at {mount}).\n"
+    return header + yaml.safe_dump_all([deployment, service], sort_keys=False)
 
 
-def manifest_flags(base_path: str) -> List[str]:
-    """The server flags the current manifest carries: served versions may need them."""
-    manifest = os.path.join(base_path, K8S_MANIFEST)
-    if not os.path.exists(manifest):
-        return []
-    with open(manifest) as f:
-        args = {line.strip()[2:] for line in f if line.strip().startswith("- ")}
-    return [flag for flag in SERVER_FLAGS if flag in args]
+def server_flags(base_path: str) -> List[str]:
+    """Every flag some served model under ``base_path`` needs (from the models' states)."""
+    flags = set()
+    for name in sorted(os.listdir(base_path)) if os.path.isdir(base_path) else []:
+        root = os.path.join(base_path, name)
+        if os.path.isdir(root) and not name.startswith("."):
+            flags |= set(State.load(root).server_flags)
+    return sorted(flags & set(SERVER_FLAGS))
 
 
-def write_configs(base_path: str, target: str, flags: Sequence[str] = (),
-                  batching_overrides: Optional[dict] = None) -> Dict[str, str]:
-    """Rewrites the server configs; ``flags`` add to those the manifest already has
-    (every flag in SERVER_FLAGS is safe for models that do not need it)."""
-    flags = sorted(set(flags) | set(manifest_flags(base_path)))
-    files = {MODELS_CONFIG: models_config_text(base_path),
+def write_configs(base_path: str, target: str, batching_overrides: Optional[dict] = None,
+                  server_base_path: str = SERVER_MOUNT) -> Dict[str, str]:
+    """Rewrites the server configs. The manifest carries every flag a served version
+    needs (from the models' states; each flag in SERVER_FLAGS is safe for models that
+    do not need it), so a later push or a rollback never drops one."""
+    files = {MODELS_CONFIG: models_config_text(base_path, server_base_path),
              BATCHING_FILE: batching_text(target, batching_overrides),
              MONITORING_FILE: monitoring_text(),
-             K8S_MANIFEST: k8s_manifest(base_path, target, flags)}
+             K8S_MANIFEST: k8s_manifest(base_path, target, server_flags(base_path),
+                                        server_base_path=server_base_path)}
     for name, text in files.items():
         _atomic_write(os.path.join(base_path, name), text)
     return {name: os.path.join(base_path, name) for name in files}
@@ -680,12 +677,14 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
          serving_flags: Sequence[str] = (), examples_dir: Optional[str] = None,
          allow_contract_change: bool = False, keep_versions: int = 5,
          warmup_records: int = 10, blessings: Optional[Dict[str, Optional[int]]] = None,
-         batching_overrides: Optional[dict] = None) -> PushResult:
+         batching_overrides: Optional[dict] = None,
+         server_base_path: str = SERVER_MOUNT, lock_timeout_s: float = 600.0) -> PushResult:
     """Gate, check, warm up, publish atomically, then write configs and retain.
 
     ``blessings`` maps a gate's name to its ``blessed`` value (None: the gate
     carries no blessing). A failed gate or check is a not-pushed result with
-    the reason, not an exception.
+    the reason, not an exception. ``server_base_path`` is where the server sees
+    ``base_path`` (the manifest's mount; models.config points there).
     """
     import tempfile
 
@@ -732,14 +731,21 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
             replay = dict(inspected["warmup"] or {})
             if inspected.get("tflite"):
                 replay["tflite"] = inspected["tflite"]["warmup"]
-            with push_lock(model_root):
+            with push_lock(model_root, lock_timeout_s):
                 clean_stale_staging(model_root)
-            version = publish(saved_model_dir, base_path, model_name, warmup, label, digest)
+            version = publish(saved_model_dir, base_path, model_name, warmup, label, digest,
+                              lock_timeout_s)
     except PushRefused as e:
         return PushResult(False, None, None, str(e), {})
-    with push_lock(os.path.join(base_path, model_name)):
-        removed = apply_retention(os.path.join(base_path, model_name), keep_versions)
-        configs = write_configs(base_path, target, serving_flags, batching_overrides)
+    with push_lock(os.path.join(base_path, model_name), lock_timeout_s):
+        model_root = os.path.join(base_path, model_name)
+        removed = apply_retention(model_root, keep_versions)
+        # The flags stay recorded while any version may be served (a rollback to it).
+        state = State.load(model_root)
+        state.server_flags = sorted(set(state.server_flags)
+                                    | (set(serving_flags) & set(SERVER_FLAGS)))
+        state.save(model_root)
+        configs = write_configs(base_path, target, batching_overrides, server_base_path)
     destination = os.path.join(base_path, model_name, str(version))
     return PushResult(True, version, destination, f"pushed as version {version} ({label})",
                       {"warmup": {"records": count, **(replay or {})},
@@ -747,9 +753,10 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
                        "labels": State.load(os.path.join(base_path, model_name)).labels})
 
 
-def rollback(base_path: str, model_name: str, to_version: int, target: str = "cpu") -> dict:
+def rollback(base_path: str, model_name: str, to_version: int, target: str = "cpu",
+             server_base_path: str = SERVER_MOUNT) -> dict:
     """Moves the ``stable`` label to ``to_version`` and rewrites the configs."""
     set_label(base_path, model_name, "stable", to_version)
     with push_lock(os.path.join(base_path, model_name)):
-        write_configs(base_path, target)
+        write_configs(base_path, target, server_base_path=server_base_path)
     return State.load(os.path.join(base_path, model_name)).labels

@@ -283,7 +283,8 @@ def test_push_tflite_model_warmed_through_tflite_and_flag_in_manifest(models, tm
     # A later push that needs no flag, and a rollback, keep the flag: version 1 needs it.
     assert serving.push(models["b"], base, "ctr").pushed
     serving.rollback(base, "ctr", 1)
-    assert serving.manifest_flags(base) == [serving.TFLITE_FLAG]
+    assert serving.server_flags(base) == [serving.TFLITE_FLAG]
+    assert f"- {serving.TFLITE_FLAG}" in open(os.path.join(base, serving.K8S_MANIFEST)).read()
 
 
 def test_push_tflite_not_matching_savedmodel_refused(models, tmp_path):
@@ -299,3 +300,46 @@ def test_push_unknown_serving_flag_refused(models, tmp_path):
     with pytest.raises(PusherConfigError, match=r"flags \['--enable_magic'\].*known"):
         serving.push(models["a"], str(tmp_path / "serving"), "ctr",
                      serving_flags=["--enable_magic"])
+
+
+def test_models_config_base_paths_agree_with_manifest_mount(models, tmp_path):
+    import yaml
+
+    base = str(tmp_path / "serving")
+    assert serving.push(models["a"], base, "ctr").pushed
+    assert serving.push(models["int"], base, "ids").pushed
+    config = text_format.Parse(open(os.path.join(base, serving.MODELS_CONFIG)).read(),
+                               model_server_config_pb2.ModelServerConfig())
+    deployment, service = yaml.safe_load_all(open(os.path.join(base, serving.K8S_MANIFEST)))
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    mount = container["volumeMounts"][0]["mountPath"]
+    volume = deployment["spec"]["template"]["spec"]["volumes"][0]["hostPath"]["path"]
+    assert volume == os.path.abspath(base) and service["kind"] == "Service"
+    # What the server reads, where the manifest mounts it.
+    assert {c.name: c.base_path for c in config.model_config_list.config} == {
+        "ctr": f"{mount}/ctr", "ids": f"{mount}/ids"}
+    assert f"--model_config_file={mount}/{serving.MODELS_CONFIG}" in container["args"]
+    for c in config.model_config_list.config:  # and each one is there on the host
+        assert serving.versions(os.path.join(volume, os.path.relpath(c.base_path, mount)))
+
+
+def test_push_while_another_holds_the_lock_exit_4_busy(models, tmp_path):
+    base = tmp_path / "serving"
+    (base / "ctr").mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time\n"
+         f"f = open({str(base / 'ctr' / serving.LOCK_FILE)!r}, 'a')\n"
+         "fcntl.flock(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(120)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        exe = os.path.join(os.path.dirname(sys.executable), "tfx-bridge")
+        proc = subprocess.run([exe, "push", "--model", models["a"], "--base-path", str(base),
+                               "--model-name", "ctr", "--lock-timeout", "1", "--json"],
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        holder.kill()
+    assert proc.returncode == 4, proc.stderr
+    assert "busy, retry later" in proc.stderr and "Traceback" not in proc.stderr
+    assert '"error_type": "PushLocked"' in proc.stdout.strip().splitlines()[-1]
+    assert serving.versions(str(base / "ctr")) == []
