@@ -9,8 +9,8 @@ reference model in tfx_bridge.pipelines.demo_models:
   (integer outputs must match exactly);
 - plain onnx2tf: what a user gets by hand, ``torch.onnx.export`` (eval,
   no_grad, dynamic batch, opset 17) then the ``onnx2tf -osd`` defaults, checked
-  against onnxruntime at the same batch sizes (NCHW inputs fed as the NHWC
-  onnx2tf makes of them). "converted" means equivalent at all three sizes.
+  against onnxruntime at the same batch sizes (inputs of rank 3 and more fed
+  channels-last, as onnx2tf's defaults make them, outputs moved back). "converted" means equivalent at all three sizes.
 
 Figures go into docs/BENCHMARKS.md.
 
@@ -96,8 +96,8 @@ def _plain(build, inputs, outputs, work) -> str:
         tf_feeds = {}
         for name, spec in fn.structured_input_signature[1].items():
             value = feeds[name]
-            if value.ndim == 4 and tuple(spec.shape[1:]) != value.shape[1:]:
-                value = value.transpose(0, 2, 3, 1)  # onnx2tf's default NHWC input
+            if value.ndim >= 3 and tuple(spec.shape[1:]) != value.shape[1:]:
+                value = np.moveaxis(value, 1, -1)  # onnx2tf's default channels-last input
             tf_feeds[name] = tf.constant(value)
         try:
             got = fn(**tf_feeds)
@@ -105,8 +105,8 @@ def _plain(build, inputs, outputs, work) -> str:
             return f"crashes at batch {batch} ({convert.error_text(e)[:70]})"
         for ref, key in zip(want, keys, strict=False):
             value = got[key].numpy()
-            if value.shape != ref.shape and value.ndim == 4:
-                value = value.transpose(0, 3, 1, 2)
+            if value.shape != ref.shape and value.ndim >= 3:
+                value = np.moveaxis(value, -1, 1)
             if value.shape != ref.shape or not np.allclose(value, ref, atol=1e-4):
                 return f"wrong at batch {batch}"
     return "converted"

@@ -139,11 +139,25 @@ def run_compiled(spec_path: str, root: str, timeout: int = 1800,
     return outputs
 
 
-def main() -> None:
-    outputs = run_compiled(sys.argv[1], sys.argv[2])
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tfx_bridge.kubeflow.local_run",
+        description="Execute a compiled Kubeflow (v2) pipeline spec on this machine, task by "
+                    "task, under the Kubeflow entrypoints.")
+    parser.add_argument("spec", help="pipeline JSON written by tfx-bridge compile-kfp")
+    parser.add_argument("root", help="local folder for the tasks' outputs")
+    args = parser.parse_args(argv)
+    if not os.path.isfile(args.spec):
+        print(f"{parser.prog}: {args.spec} is not a file; give the JSON that "
+              "`tfx-bridge compile-kfp --output FILE` wrote.", file=sys.stderr)
+        return 2
+    outputs = run_compiled(args.spec, args.root)
     print(json.dumps({task: {k: [a["uri"] for a in v] for k, v in outs.items()}
                       for task, outs in outputs.items()}, indent=2))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

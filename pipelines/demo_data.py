@@ -21,6 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+# The demo CtrMoE model's signature (importer input specs, output names).
+CTR_INPUTS = ["item_id:int32:-1:0..999", "hour:int32:-1:0..23", "price:float32:-1:0..100",
+              "user_ctr:float32:-1:0..0.5"]
+CTR_OUTPUTS = ["score", "experts"]
 SPAN_DIR = "span-{span}"
 SPAN_PATTERN = "span-{SPAN}/*.parquet"
 FILES_PER_SPAN = 2

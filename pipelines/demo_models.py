@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tfx_bridge.pipelines import demo_data
+
 
 class MLP(nn.Module):
     def __init__(self, in_dim: int = 8, hidden: int = 32, out_dim: int = 3):
@@ -131,9 +133,10 @@ class CtrMoE(nn.Module):
         return self.moe(torch.relu(self.dense(x)))
 
 
-CTR_INPUTS = ["item_id:int32:-1:0..999", "hour:int32:-1:0..23", "price:float32:-1:0..100",
-              "user_ctr:float32:-1:0..0.5"]
-CTR_OUTPUTS = ["score", "experts"]
+# The demo model's declared signature lives with the demo data (no torch needed to
+# build or compile the pipeline); re-exported here beside the model.
+CTR_INPUTS = demo_data.CTR_INPUTS
+CTR_OUTPUTS = demo_data.CTR_OUTPUTS
 
 # name -> (class, constructor kwargs, input specs, output names)
 REFERENCE_MODELS = {

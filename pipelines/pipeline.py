@@ -139,7 +139,6 @@ def create_pipeline(
     from tfx_bridge.components.pytorch_model_importer import PyTorchModelImporter
     from tfx_bridge.components.serving_pusher import ServingPusher
     from tfx_bridge.components.trt_optimizer import TrtOptimizer
-    from tfx_bridge.pipelines import demo_models
 
     example_gen, statistics_gen, schema_gen, schema_guard = data_components(
         data_root, pattern, schema_path=schema_path, contract_path=contract_path)
@@ -149,8 +148,8 @@ def create_pipeline(
     importer = PyTorchModelImporter(
         source_kind="state_dict", source_model=research.outputs["result"],
         source_path=model_file, module_class=module_class,
-        inputs=list(inputs) or demo_models.CTR_INPUTS,
-        output_names=list(output_names) or demo_models.CTR_OUTPUTS,
+        inputs=list(inputs) or demo_data.CTR_INPUTS,
+        output_names=list(output_names) or demo_data.CTR_OUTPUTS,
         schema=schema_gen.outputs["schema"], examples=example_gen.outputs["examples"])
     # Nothing model-side runs on data SchemaGuard has not passed.
     importer.add_upstream_node(schema_guard)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from tfx import v1 as tfx
 from tfx.orchestration import metadata as tfx_metadata
@@ -12,6 +12,8 @@ from tfx.types import artifact_utils
 from tfx_bridge import properties, schemas
 from tfx_bridge.components.parquet_example_gen import executor as peg_executor
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
+from tfx_bridge.errors import BridgeError
+from tfx_bridge.pipelines import demo_data
 from tfx_bridge.pipelines import pipeline as pipelines
 
 DEMO_PIPELINE_NAME = "tfx-bridge-demo"
@@ -87,6 +89,45 @@ FULL_PIPELINE_NAME = "tfx-bridge"
 def _latest_with(metadata_path: str, type_name: str, uri_part: str):
     found = [a for a in latest_artifacts(metadata_path, type_name) if uri_part in a.uri]
     return found[0] if found else None
+
+
+class RunInputError(BridgeError):
+    """The folders given to a pipeline run cannot work; says which and how."""
+
+
+def check_run_inputs(data_root: str, model_source: str, model_file: str = "weights.pt"
+                     ) -> Tuple[str, Optional[str]]:
+    """Refuses, before the pipeline starts, folders it would fail on minutes later.
+
+    Returns the model folder to import and a note when it was picked: a
+    research root holding ``span-N/<model_file>`` folders means its newest span.
+    """
+    import re
+
+    import tensorflow as tf
+
+    span = re.compile(r"^span-(\d+)/?$")
+    if not tf.io.gfile.isdir(data_root):
+        raise RunInputError(f"--data-root {data_root} does not exist.")
+    spans = [d for d in tf.io.gfile.listdir(data_root) if span.match(d)]
+    if not spans:
+        raise RunInputError(
+            f"--data-root {data_root} holds no span folders: the pipeline reads "
+            f"{demo_data.SPAN_PATTERN!r} under it (e.g. {data_root}/span-1/part-0.parquet).")
+    if not tf.io.gfile.isdir(model_source):
+        raise RunInputError(f"--model-source {model_source} does not exist.")
+    if tf.io.gfile.exists(os.path.join(model_source, model_file)):
+        return model_source, None
+    research = sorted((int(span.match(d).group(1)), d.rstrip("/"))
+                       for d in tf.io.gfile.listdir(model_source) if span.match(d)
+                       and tf.io.gfile.exists(os.path.join(model_source, d, model_file)))
+    if research:
+        chosen = os.path.join(model_source, research[-1][1])
+        return chosen, f"model source: the newest span folder, {chosen}"
+    raise RunInputError(
+        f"--model-source {model_source} holds no {model_file}: give the research team's "
+        f"output folder (with {model_file}), or a root of span-N/{model_file} folders (the "
+        "newest is taken).")
 
 
 def run_full(workdir: str, data_root: str, model_source: str, serving_base_path: str,

@@ -36,23 +36,51 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=UserWarning)
-    logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    # Beam logs a DoFn's exception (with its traceback) at ERROR before it reaches us;
+    # the CLI prints the one message itself, and --debug shows everything.
+    logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     from absl import logging as absl_logging
     absl_logging.set_verbosity(absl_logging.ERROR)
 
 
 PIPELINE_LOG = "pipeline.log"
+LIBRARY_LOG = "library.log"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error with --json still ends with a JSON line on stdout."""
+
+    json_requested = False
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        if _Parser.json_requested:
+            verb = self.prog.split()[1] if len(self.prog.split()) > 1 else None
+            print(json.dumps({"verb": verb, "ok": False, "exit_code": EXIT_BAD_INPUT,
+                              "error": message, "error_type": "UsageError"}, sort_keys=True))
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
 
 
 @contextlib.contextmanager
-def _library_logs(workdir: str, debug: bool):
+def _library_logs(workdir: str, debug: bool, name: str = PIPELINE_LOG):
     """XLA, MLIR and Beam's workers write to file descriptor 2 directly, past Python's
     logging; unless ``debug``, fd 2 goes to <workdir>/pipeline.log while the pipeline
     runs. Yields the note for the progress line ("" with ``debug``)."""
     if debug:
         yield ""
         return
-    path = os.path.join(workdir, PIPELINE_LOG)
+    path = os.path.join(workdir, name)
     os.makedirs(workdir, exist_ok=True)
     sys.stderr.flush()
     saved = os.dup(2)
@@ -219,14 +247,17 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
     found = detect.probe()
     progress("TensorRT: " + ("available, GPU visible" if found.can_run_tensorrt
                              else f"not used ({found.why_not()})"))
-    result = optimize.optimize(args.model, args.output, precision=args.precision,
-                               examples_dir=args.examples, atol=args.atol,
-                               topk_threshold=args.topk_threshold,
-                               iterations=args.iterations, probe=found,
-                               candidates=args.candidates.split(",") if args.candidates
-                               else None)
+    # XLA and TFLite's converter log from C++ straight to fd 2 (I0000 lines): they go
+    # to <output>/library.log unless --debug.
+    with _library_logs(args.output, args.debug, LIBRARY_LOG) as logs:
+        result = optimize.optimize(args.model, args.output, precision=args.precision,
+                                   examples_dir=args.examples, atol=args.atol,
+                                   topk_threshold=args.topk_threshold,
+                                   iterations=args.iterations, probe=found,
+                                   candidates=args.candidates.split(",") if args.candidates
+                                   else None)
     progress(f"Measured {len(result.report['candidates'])} candidate(s); kept "
-             f"{result.report['candidate']} (backend {result.backend})")
+             f"{result.report['candidate']} (backend {result.backend})" + logs)
     with open(os.path.join(args.output, optimize.REPORT_MD)) as f:
         print(f.read().rstrip())
     progress("Done")
@@ -356,8 +387,11 @@ def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
 
     progress = Progress(2, enabled=not args.quiet)
     workdir = os.path.abspath(args.workdir)
+    model_source, note = runner.check_run_inputs(args.data_root, args.model_source)
+    if note and not args.quiet:
+        print(note, file=sys.stderr)
     with _library_logs(workdir, args.debug) as logs:
-        result = runner.run_full(workdir, args.data_root, args.model_source,
+        result = runner.run_full(workdir, args.data_root, model_source,
                                  args.serving_base_path, model_name=args.model_name,
                                  evaluate=not args.no_evaluate)
     progress("Pipeline run finished" + logs)
@@ -377,7 +411,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tfx-bridge",
         description="TFX components that carry PyTorch models into TF Serving.")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
@@ -386,9 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the pipeline on generated demo data")
     demo.add_argument("--workdir", default=DEFAULT_DEMO_DIR,
                       help=f"where data, artifacts and MLMD go (default ./{DEFAULT_DEMO_DIR})")
-    demo.add_argument("--spans", type=int, default=2, help="span folders to generate")
-    demo.add_argument("--rows", type=int, default=3000, help="rows per span")
-    demo.add_argument("--train-steps", type=int, default=300,
+    demo.add_argument("--spans", type=_positive_int, default=2, help="span folders to generate")
+    demo.add_argument("--rows", type=_positive_int, default=3000, help="rows per span")
+    demo.add_argument("--train-steps", type=_positive_int, default=300,
                       help="Adam steps of the stand-in research team (fixed: reruns are cached)")
     _add_common(demo)
     demo.set_defaults(func=cmd_demo)
@@ -431,8 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="output splits as name:hash_buckets (default train:2,eval:1)")
     ingest.add_argument("--partition-feature", default=None,
                         help="hash this column instead of the whole record")
-    ingest.add_argument("--batch-size", type=int, default=20_000, help="rows per Arrow batch")
-    ingest.add_argument("--workers", type=int, default=None,
+    ingest.add_argument("--batch-size", type=_positive_int, default=20_000,
+                        help="rows per Arrow batch")
+    ingest.add_argument("--workers", type=_positive_int, default=None,
                         help="DirectRunner processes (default: in-process)")
     _add_common(ingest)
     ingest.set_defaults(func=cmd_ingest)
@@ -485,7 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--atol", type=float, default=1e-4)
     opt.add_argument("--topk-threshold", type=float, default=1.0,
                      help="minimum top-k index agreement for integer outputs (1.0 = exact)")
-    opt.add_argument("--iterations", type=int, default=100, help="timed calls per batch size")
+    opt.add_argument("--iterations", type=_positive_int, default=100,
+                     help="timed calls per batch size")
     opt.add_argument("--candidates", default=None,
                      help="CPU candidates to try, comma-separated, of xla-cpu,xla-frozen,"
                           "frozen,tflite (default: frozen, the ones stock TF Serving serves "
@@ -502,7 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
     psh.add_argument("--examples", default=None, help="Examples folder for warmup requests")
     psh.add_argument("--allow-contract-change", action="store_true",
                      help="push even if inputs/outputs differ from the served version")
-    psh.add_argument("--keep-versions", type=int, default=5)
+    psh.add_argument("--keep-versions", type=_positive_int, default=5)
     psh.add_argument("--server-base-path", default="/models",
                      help="where the server sees --base-path (models.config and the manifest's "
                           "mount use it; default /models)")
@@ -524,6 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
+    _Parser.json_requested = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if not args.debug:
         _quiet_libraries()

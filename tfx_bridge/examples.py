@@ -58,7 +58,18 @@ def inputs_from_examples(examples_dir: str, inputs: Sequence[TensorSpec], count:
     serialized = next(iter(ds), None)
     if serialized is None:
         return None
-    parsed = parse_examples(serialized, inputs, error)
+    present = set(tf.train.Example.FromString(serialized[0].numpy()).features.feature)
+    missing = [s.name for s in inputs if s.name not in present]
+    if missing:
+        raise error(
+            f"The Examples at {examples_dir} lack the model's input(s) {missing} (their "
+            f"features: {sorted(present)}). Give Examples of the data the model consumes, "
+            "or leave them out to use random inputs.")
+    try:
+        parsed = parse_examples(serialized, inputs, error)
+    except tf.errors.InvalidArgumentError as e:
+        raise error(f"The Examples at {examples_dir} do not parse as the model's inputs "
+                    f"({', '.join(s.to_text() for s in inputs)}): {e.message}") from e
     return {spec.name: parsed[spec.name].numpy() for spec in inputs}
 
 

@@ -20,6 +20,10 @@ def load_schema(path: str, error: Type[Exception] = BridgeError):
     from tensorflow_metadata.proto.v0 import schema_pb2
 
     if tf.io.gfile.isdir(path):
+        if not tf.io.gfile.exists(os.path.join(path, SCHEMA_FILE)):
+            raise error(
+                f"Schema {path} is a folder without {SCHEMA_FILE}: give a schema file (e.g. "
+                "schemas/demo.schema.pbtxt) or a SchemaGen output folder.")
         path = os.path.join(path, SCHEMA_FILE)
     try:
         with tf.io.gfile.GFile(path, "r") as f:

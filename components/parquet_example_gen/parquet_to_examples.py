@@ -26,6 +26,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import struct
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -252,8 +253,22 @@ def _rel(path: str, base: str) -> str:
     return path
 
 
+_PLACEHOLDER = re.compile(r"\{(SPAN|VERSION|YYYY|MM|DD)(:\d+)?\}")
+
+
 def match_files(input_base: str, pattern: str) -> List[str]:
-    """Files matching ``input_base/pattern`` (local, gs://, s3://, hdfs:// via Beam)."""
+    """Files matching ``input_base/pattern`` (local, gs://, s3://, hdfs:// via Beam).
+
+    ``{SPAN}``-style placeholders must already be resolved (the component's
+    driver does it; the CLI's ingest names one span).
+    """
+    placeholder = _PLACEHOLDER.search(pattern)
+    if placeholder:
+        example = _PLACEHOLDER.sub("1", pattern)
+        raise ParquetInputError(
+            f"Pattern {pattern!r} holds {placeholder.group(0)}: only ParquetExampleGen's "
+            "driver resolves span, version and date placeholders (in a pipeline). Here name "
+            f"the files themselves, e.g. --pattern {example!r}.")
     full = FileSystems.join(input_base, pattern) if input_base else pattern
     try:
         results = FileSystems.match([full])[0].metadata_list
@@ -261,10 +276,15 @@ def match_files(input_base: str, pattern: str) -> List[str]:
         raise ParquetInputError(
             f"Cannot list {full!r}: {e}. Check the input base and pattern.") from e
     files = sorted(m.path for m in results if not m.path.endswith("/"))
+    if not files and input_base and not FileSystems.exists(input_base):
+        # Object-store prefixes need not "exist" as objects: asked only when nothing matched.
+        raise ParquetInputError(
+            f"Input base {input_base!r} does not exist. Give the folder (or bucket prefix) "
+            "that holds the Parquet files.")
     if not files:
         raise ParquetInputError(
-            f"No file matches {pattern!r} under {input_base!r}. Check the input base and the "
-            "split pattern (a glob relative to the input base, e.g. 'span-{SPAN}/*.parquet').")
+            f"No file matches {pattern!r} under {input_base!r}. Check the split pattern: a "
+            "glob relative to the input base, e.g. '*.parquet' or 'span-1/*.parquet'.")
     return files
 
 

@@ -102,6 +102,10 @@ class ModelSource:
         if self.kind != SOURCE_STATE_DICT and self.module_class:
             raise ImporterConfigError(
                 f"--module-class is only for state_dict sources, not {self.kind}.")
+        if os.path.isdir(self.path):
+            raise ModelSourceError(
+                f"{self.path} is a folder; give the model file inside it (e.g. "
+                f"{os.path.join(self.path, 'model.pt')}).")
         if not os.path.isfile(self.path):
             raise ModelSourceError(f"Model file {self.path} does not exist.")
 
@@ -145,7 +149,15 @@ def load_torch_module(source: ModelSource):
             "pickled code: save with torch.save(model.state_dict(), path).") from e
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
-    missing, unexpected = module.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = module.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # shapes that do not fit: constructor kwargs differ
+        lines = [ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln]
+        shown = "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more" if len(lines) > 3 else "")
+        raise ModelSourceError(
+            f"{source.path} does not fit {source.module_class}(**{source.module_kwargs or {}}): "
+            f"{shown or str(e).splitlines()[0]}. Pass the --module-kwargs the weights were "
+            "trained with.") from e
     if missing or unexpected:
         raise ModelSourceError(
             f"{source.path} does not fit {source.module_class}: missing keys {list(missing)}, "
