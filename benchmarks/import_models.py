@@ -10,7 +10,8 @@ reference model in tfx_bridge.pipelines.demo_models:
 - plain onnx2tf: what a user gets by hand, ``torch.onnx.export`` (eval,
   no_grad, dynamic batch, opset 17) then the ``onnx2tf -osd`` defaults, checked
   against onnxruntime at the same batch sizes (inputs of rank 3 and more fed
-  channels-last, as onnx2tf's defaults make them, outputs moved back). "converted" means equivalent at all three sizes.
+  channels-last, as onnx2tf's defaults make them, outputs moved back).
+  "converted" means equivalent at all three sizes.
 
 Figures go into docs/BENCHMARKS.md.
 
