@@ -22,3 +22,44 @@ def demo_run(tmp_path_factory):
     result["workdir"] = str(workdir)
     result["data_root"] = data_root
     return result
+
+
+def demo_eval_records(examples_uri: str):
+    """The eval split of a demo Examples artifact as numpy columns (plus the label)."""
+    import glob
+
+    import numpy as np
+    import tensorflow as tf
+
+    files = sorted(glob.glob(os.path.join(examples_uri, "Split-eval", "*.gz")))
+    columns = {"item_id": [], "hour": [], "price": [], "user_ctr": [], "clicked": []}
+    for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        for name in columns:
+            kind = "float_list" if name in ("price", "user_ctr") else "int64_list"
+            columns[name].append(getattr(feature[name], kind).value[0])
+    return {"item_id": np.array(columns["item_id"], np.int32),
+            "hour": np.array(columns["hour"], np.int32),
+            "price": np.array(columns["price"], np.float32),
+            "user_ctr": np.array(columns["user_ctr"], np.float32),
+            "clicked": np.array(columns["clicked"], np.int64)}
+
+
+def torch_ctr_scores(weights: str, rows):
+    """What the research team's CtrMoE computes on ``rows``: (scores, experts)."""
+    import torch
+
+    from tfx_bridge.pipelines import demo_models
+
+    model = demo_models.CtrMoE()
+    model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    with torch.no_grad():
+        score, experts = model.eval()(*[torch.from_numpy(rows[k]) for k in
+                                        ("item_id", "hour", "price", "user_ctr")])
+    return score.numpy(), experts.numpy()
+
+
+@pytest.fixture
+def ctr_reference():
+    """(demo_eval_records, torch_ctr_scores): what a test can know about a demo run."""
+    return demo_eval_records, torch_ctr_scores

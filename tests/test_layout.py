@@ -37,9 +37,19 @@ def test_component_cores_import_without_tfx():
 
 
 def test_package_is_the_installed_tfx_bridge():
+    """The installed distribution maps this checkout's folders under tfx_bridge.*."""
+    from importlib import metadata
+
     import tfx_bridge.components.parquet_example_gen.component as c
-    assert c.__name__.startswith("tfx_bridge.components.")
-    assert tfx_bridge.__version__
+    import tfx_bridge.kubeflow.compile as k
+    import tfx_bridge.pipelines.pipeline as p
+
+    for module, folder in ((c, "components/parquet_example_gen"), (p, "pipelines"),
+                           (k, "kubeflow")):
+        assert os.path.dirname(os.path.realpath(module.__file__)) == os.path.join(ROOT, folder)
+    assert tfx_bridge.__version__ == metadata.version("tfx-bridge")
+    scripts = {e.name: e.value for e in metadata.entry_points(group="console_scripts")}
+    assert scripts["tfx-bridge"] == "tfx_bridge.cli:main"
 
 
 def test_importer_without_torch_names_the_extra():

@@ -339,7 +339,7 @@ def _print_run_summary(result: Dict[str, Any]) -> None:
           + (f", needs {opt['serving_flags']}" if opt["serving_flags"] else ""))
     if result["pushed"]:
         print(f"Pushed: version {result['pushed_version']} at {result['pushed_path']}"
-              + ("" if result["new_push"] else " (unchanged: cached run, no new version)"))
+              + ("" if result["new_push"] else " (unchanged: no new version)"))
         print(f"Prediction of the pushed model on one eval record: {result['prediction']}")
     else:
         print(f"Not pushed: {result['push_reason']}")

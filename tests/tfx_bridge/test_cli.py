@@ -60,7 +60,7 @@ def test_cli_bad_split_spec_exit_2_in_process(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_cli_demo_runs_full_pipeline_and_prints_summary(tmp_path):
+def test_cli_demo_runs_full_pipeline_and_prints_summary(tmp_path, ctr_reference):
     proc = _run("demo", "--workdir", str(tmp_path / "w"), "--rows", "300", "--train-steps",
                 "60", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -76,8 +76,16 @@ def test_cli_demo_runs_full_pipeline_and_prints_summary(tmp_path):
     with open(os.path.join(imported[0].uri, "report.json")) as f:
         assert summary["conversion"]["max_abs_error"] == json.load(f)["max_abs_error"]
     assert summary["optimizer"]["backend"] in optimize.CPU_BACKENDS
-    assert 0.0 <= summary["prediction"]["score"][0] <= 1.0
-    assert len(summary["prediction"]["experts"]) == 2
+    # The pushed model predicts what the research team's PyTorch model predicts.
+    demo_eval_records, torch_ctr_scores = ctr_reference
+
+    examples = runner.latest_artifacts(str(tmp_path / "w" / runner.METADATA_FILE),
+                                       "Examples")[0]
+    rows = demo_eval_records(examples.uri)
+    weights = tmp_path / "w" / runner.RESEARCH_DIR / "span-2" / "weights.pt"
+    scores, experts = torch_ctr_scores(str(weights), {k: v[:1] for k, v in rows.items()})
+    assert summary["prediction"]["score"] == pytest.approx(scores[0].tolist(), abs=1e-4)
+    assert summary["prediction"]["experts"] == experts[0].tolist()
     for line in ("SchemaGuard: clean", "Pushed: version 1", "Prediction of the pushed model"):
         assert line in proc.stdout
     assert "[4/4] Done" in proc.stderr
