@@ -310,25 +310,8 @@ def rename_onnx_io(src: str, dst: str, inputs: Sequence[TensorSpec],
 
 # --------------------------------------------------------------------------- convert
 
-# onnx2tf's own save path (output_signaturedefs) writes the SavedModel with
-# tf_keras' ExportArchive and then always converts it to two TFLite files, which
-# are thrown away here and cost about as much as the conversion. So the Keras
-# model is taken in memory (disable_model_save) and written the same way.
-_ONNX2TF_SCRIPT = """
-import sys
-import onnx2tf
-keep = [n for n in sys.argv[3].split(",") if n]
-model = onnx2tf.convert(input_onnx_file_path=sys.argv[1], output_folder_path=sys.argv[2],
-                        keep_shape_absolutely_input_names=keep or None, non_verbose=True,
-                        disable_model_save=True)
-import tensorflow as tf
-import tf_keras
-archive = tf_keras.export.ExportArchive()
-archive.add_endpoint(
-    name="serving_default", fn=lambda *inputs: model(inputs),
-    input_signature=[tf.TensorSpec(t.shape, t.dtype, t.name) for t in model.inputs])
-archive.write_out(sys.argv[2])
-"""
+# onnx2tf runs in a child process (onnx2tf_runner.py): it sets process-wide globals.
+ONNX2TF_MODULE = "tfx_bridge.components.pytorch_model_importer.onnx2tf_runner"
 _FAILED_OP = re.compile(r"onnx_op_type:\s*(\S+)\s+onnx_op_name:\s*(\S+)")
 
 
@@ -351,7 +334,7 @@ def convert_onnx_to_tf(onnx_path: str, workdir: str, inputs: Sequence[TensorSpec
     # onnx2tf shells out to the onnxsim CLI, which lives beside this interpreter.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    proc = subprocess.run([sys.executable, "-c", _ONNX2TF_SCRIPT, private, out, keep],
+    proc = subprocess.run([sys.executable, "-m", ONNX2TF_MODULE, private, out, keep],
                           capture_output=True, text=True, env=env, cwd=workdir,
                           timeout=CONVERT_TIMEOUT_S)
     if proc.returncode != 0 or not os.path.exists(os.path.join(out, "saved_model.pb")):

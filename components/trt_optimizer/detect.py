@@ -17,29 +17,9 @@ from typing import Optional
 
 from tfx_bridge import child
 
-_PROBE = r"""
-import json, os
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-out = {"tensorrt": False, "gpus": 0, "linked": None, "loaded": None, "reason": ""}
-try:
-    import tensorflow as tf
-    from tensorflow.python.compiler.tensorrt import utils as trt_utils
-    from tensorflow.python.compiler.tensorrt import trt_convert
-    out["gpus"] = len(tf.config.list_physical_devices("GPU"))
-    enabled = bool(trt_convert._pywrap_py_utils.is_tensorrt_enabled())
-    out["linked"] = ".".join(map(str, trt_convert._pywrap_py_utils.get_linked_tensorrt_version()))
-    if enabled:
-        # Only safe once is_tensorrt_enabled() said the library is there.
-        loaded = trt_convert._pywrap_py_utils.get_loaded_tensorrt_version()
-        out["loaded"] = ".".join(map(str, loaded))
-        out["tensorrt"] = True
-    else:
-        out["reason"] = ("libnvinfer " + str(out["linked"]) + " not found: TensorFlow is "
-                         "linked against it but it is not installed")
-except Exception as e:
-    out["reason"] = type(e).__name__ + ": " + str(e).splitlines()[0]
-print("TRT_PROBE " + json.dumps(out))
-"""
+# Run as a child process: get_loaded_tensorrt_version() aborts a process without libnvinfer.
+PROBE_MODULE = "tfx_bridge.components.trt_optimizer.trt_probe"
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +47,7 @@ class Probe:
 def probe(timeout_s: int = 300) -> Probe:
     """Runs the probe in a child process; a crash there is reported, never inherited."""
     try:
-        result = child.run_python(["-c", _PROBE], "TRT_PROBE ", timeout=timeout_s)
+        result = child.run_python(["-m", PROBE_MODULE], "TRT_PROBE ", timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return Probe(False, 0, None, None, f"the TensorRT probe timed out after {timeout_s}s")
     found = result.payload

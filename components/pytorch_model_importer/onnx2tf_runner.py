@@ -1,0 +1,30 @@
+"""onnx2tf 1.24.1, run by convert.convert_onnx_to_tf() as ``python -m`` in a child process.
+
+Arguments: the private ONNX copy (onnx2tf rewrites it in place), the output folder, and
+comma-separated input names whose shapes are kept exactly (NCHW stays NCHW). onnx2tf sets
+process-wide TF and logging globals, hence the child process. Its own save path writes
+two TFLite files after the SavedModel (thrown away here, as long as the conversion), so
+the Keras model is taken in memory (disable_model_save) and written the same way, with
+tf_keras' ExportArchive.
+"""
+
+
+def main() -> None:
+    import sys
+
+    import onnx2tf
+    keep = [n for n in sys.argv[3].split(",") if n]
+    model = onnx2tf.convert(input_onnx_file_path=sys.argv[1], output_folder_path=sys.argv[2],
+                            keep_shape_absolutely_input_names=keep or None, non_verbose=True,
+                            disable_model_save=True)
+    import tensorflow as tf
+    import tf_keras
+    archive = tf_keras.export.ExportArchive()
+    archive.add_endpoint(
+        name="serving_default", fn=lambda *inputs: model(inputs),
+        input_signature=[tf.TensorSpec(t.shape, t.dtype, t.name) for t in model.inputs])
+    archive.write_out(sys.argv[2])
+
+
+if __name__ == "__main__":
+    main()
