@@ -1,0 +1,100 @@
+"""Split assignment: a deterministic 64-bit hash of each row's values, computed per batch.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+# --------------------------------------------------------------------------- split hash
+#
+# TFX ExampleGen buckets a record by sha256 of its deterministic serialization.
+# tfx_bsl's encoder serializes the feature map in an order that changes from
+# process to process, so hashing its bytes would move records between splits
+# from run to run. Instead each row is hashed from its values, column by column
+# in name order, with numpy over whole batches: deterministic across runs and
+# machines, and the same row always lands in the same split.
+
+_U64 = np.uint64
+_GOLDEN = _U64(0x9E3779B97F4A7C15)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer (uint64 arithmetic wraps, as intended)."""
+    x = x ^ (x >> _U64(30))
+    x = x * _U64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> _U64(27))
+    x = x * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
+
+
+def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Sum of ``values[offsets[i]:offsets[i+1]]`` for each i (0 for empty)."""
+    lengths = np.diff(offsets)
+    out = np.zeros(len(lengths), dtype=np.uint64)
+    nonempty = lengths > 0
+    if nonempty.any():
+        # reduceat runs to the next given index: empty rows in between add nothing.
+        out[nonempty] = np.add.reduceat(values, offsets[:-1][nonempty])
+    return out
+
+
+def _positional(hashes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Makes each element's hash depend on its position within its segment."""
+    lengths = np.diff(offsets)
+    pos = np.arange(len(hashes), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+    return _mix64(hashes ^ (pos.astype(np.uint64) * _GOLDEN))
+
+
+def _raw_offsets(arr: pa.Array) -> np.ndarray:
+    """The n+1 offsets of a (large) list or binary array, as stored (int64)."""
+    large = pa.types.is_large_list(arr.type) or pa.types.is_large_binary(arr.type)
+    raw = np.frombuffer(arr.buffers()[1], dtype=np.int64 if large else np.int32)
+    return raw[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
+
+
+def _value_hashes(values: pa.Array) -> np.ndarray:
+    """One uint64 per int64 / float32 (by bits) / binary value."""
+    if pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type):
+        stored = _raw_offsets(values)
+        data = values.buffers()[2]
+        raw = (np.frombuffer(data, dtype=np.uint8)[stored[0]:stored[-1]]
+               if data is not None else np.zeros(0, np.uint8))
+        offsets = stored - stored[0]
+        per_byte = _positional(_mix64(raw.astype(np.uint64) + _GOLDEN), offsets)
+        return _mix64(_segment_sums(per_byte, offsets) + np.diff(offsets).astype(np.uint64))
+    numbers = values.to_numpy(zero_copy_only=False)
+    bits = numbers.view(np.uint32 if numbers.dtype == np.float32 else np.uint64)
+    return _mix64(bits.astype(np.uint64) + _GOLDEN)
+
+
+def _name_seed(name: str) -> np.uint64:
+    return _U64(int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little"))
+
+
+def row_hashes(batch: pa.RecordBatch, columns: Sequence[str]) -> np.ndarray:
+    """A deterministic uint64 per row of a converted batch, from ``columns``' values.
+
+    Null and empty lists hash differently; so do ``["ab"]`` and ``["a", "b"]``.
+    """
+    h = np.full(batch.num_rows, _U64(0x243F6A8885A308D3), dtype=np.uint64)
+    for name in sorted(columns):
+        arr = batch.column(name)
+        stored = _raw_offsets(arr)
+        values = arr.values.slice(int(stored[0]), int(stored[-1] - stored[0]))
+        offsets = stored - stored[0]
+        per_value = _positional(_value_hashes(values), offsets)
+        col = _segment_sums(per_value, offsets)
+        col = col + np.diff(offsets).astype(np.uint64) * _GOLDEN
+        col = col ^ (np.asarray(arr.is_null(), dtype=np.uint64) * _U64(0xD6E8FEB86659FD93))
+        h = _mix64(h * _GOLDEN + _mix64(col ^ _name_seed(name)))
+    return h
+
+
+def bucket_of(hashes: np.ndarray, total_buckets: int) -> np.ndarray:
+    """Hash bucket in [0, total_buckets) for each row hash."""
+    return (hashes % _U64(total_buckets)).astype(np.int64)
+
+
