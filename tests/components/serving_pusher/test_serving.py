@@ -86,7 +86,7 @@ def test_push_writes_version_warmup_and_configs(models, tmp_path):
     assert dict(entry.version_labels) == {"stable": 1}
     assert list(entry.model_version_policy.specific.versions) == [1]
     text_format.Parse(open(os.path.join(base, serving.BATCHING_FILE)).read(),
-                      serving._batching_message()())
+                      serving.batching_message()())
     assert "prometheus_config" in open(os.path.join(base, serving.MONITORING_FILE)).read()
     manifest = open(os.path.join(base, serving.K8S_MANIFEST)).read()
     assert "tensorflow/serving:2.16.1" in manifest and "--enable_batching" in manifest

@@ -1,0 +1,188 @@
+"""Server files under the base path: models.config, batching, monitoring, Kubernetes manifest.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Sequence
+
+from tfx_bridge.components.serving_pusher.base_layout import (
+    _BATCHING_FIELDS,
+    BATCHING_DEFAULTS,
+    BATCHING_FILE,
+    K8S_MANIFEST,
+    MODELS_CONFIG,
+    MONITORING_FILE,
+    PROMETHEUS_PATH,
+    SERVER_MOUNT,
+    SERVING_IMAGE,
+)
+from tfx_bridge.components.serving_pusher.errors import (
+    PusherConfigError,
+)
+from tfx_bridge.components.serving_pusher.publish import (
+    State,
+    atomic_write,
+    versions,
+)
+from tfx_bridge.savedmodel import SERVER_FLAGS
+
+# --------------------------------------------------------------------------- configs
+
+
+def models_config_text(base_path: str, server_base_path: str = SERVER_MOUNT) -> str:
+    """ModelServerConfig for every model under ``base_path``, checked by parsing.
+
+    Each model's ``base_path`` is where the *server* sees it:
+    ``<server_base_path>/<name>`` (the manifest mounts ``base_path`` there).
+    """
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2 as msc
+
+    config = msc.ModelServerConfig()
+    for name in sorted(os.listdir(base_path)):
+        root = os.path.join(base_path, name)
+        if not os.path.isdir(root) or not versions(root):
+            continue
+        state = State.load(root)
+        entry = config.model_config_list.config.add(
+            name=name, base_path=f"{server_base_path.rstrip('/')}/{name}",
+            model_platform="tensorflow")
+        live = sorted(set(state.labels.values()) | {versions(root)[-1]})
+        entry.model_version_policy.specific.versions.extend(live)
+        for label, version in sorted(state.labels.items()):
+            entry.version_labels[label] = version
+    text = text_format.MessageToString(config)
+    text_format.Parse(text, msc.ModelServerConfig())  # round-trip: what we write parses
+    return text
+
+
+def batching_message():
+    """BatchingParameters, built from its .proto fields (tensorflow-serving-api ships no
+    Python module for it), so the text we write is checked by a real parser."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
+    fdp = descriptor_pb2.FileDescriptorProto(name="tfx_bridge_batching.proto",
+                                             package="tensorflow.serving",
+                                             dependency=["google/protobuf/wrappers.proto"])
+    msg = fdp.message_type.add(name="BatchingParameters")
+    fields = [("max_batch_size", 1, ".google.protobuf.Int64Value"),
+              ("batch_timeout_micros", 2, ".google.protobuf.Int64Value"),
+              ("max_enqueued_batches", 3, ".google.protobuf.Int64Value"),
+              ("num_batch_threads", 4, ".google.protobuf.Int64Value"),
+              ("thread_pool_name", 5, ".google.protobuf.StringValue"),
+              ("pad_variable_length_inputs", 7, None)]
+    T = descriptor_pb2.FieldDescriptorProto
+    for name, number, type_name in fields:
+        if type_name:
+            msg.field.add(name=name, number=number, type=T.TYPE_MESSAGE, type_name=type_name,
+                          label=T.LABEL_OPTIONAL)
+        else:
+            msg.field.add(name=name, number=number, type=T.TYPE_BOOL, label=T.LABEL_OPTIONAL)
+    msg.field.add(name="allowed_batch_sizes", number=6, type=T.TYPE_INT64,
+                  label=T.LABEL_REPEATED)
+    pool.Add(fdp)
+    descriptor = pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters")
+    if hasattr(message_factory, "GetMessageClass"):  # protobuf >= 4
+        return message_factory.GetMessageClass(descriptor)
+    return message_factory.MessageFactory(pool).GetPrototype(descriptor)
+
+
+def batching_text(target: str, overrides: Optional[dict] = None) -> str:
+    """BatchingParameters text: the defaults for ``target`` plus ``overrides``."""
+    from google.protobuf import text_format
+
+    params = dict(BATCHING_DEFAULTS[target])
+    unknown = set(overrides or {}) - _BATCHING_FIELDS
+    if unknown:
+        raise PusherConfigError(f"Unknown batching fields {sorted(unknown)}; known: "
+                                f"{sorted(_BATCHING_FIELDS)}.")
+    params.update(overrides or {})
+    message = batching_message()()
+    for key, value in params.items():
+        if key == "pad_variable_length_inputs":
+            message.pad_variable_length_inputs = bool(value)
+        elif key == "allowed_batch_sizes":
+            message.allowed_batch_sizes.extend(int(v) for v in value)
+        elif key == "thread_pool_name":
+            message.thread_pool_name.value = str(value)
+        else:
+            getattr(message, key).value = int(value)
+    return text_format.MessageToString(message)
+
+
+def monitoring_text() -> str:
+    return f'prometheus_config {{\n  enable: true\n  path: "{PROMETHEUS_PATH}"\n}}\n'
+
+
+def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
+                 app: str = "tf-serving", server_base_path: str = SERVER_MOUNT) -> str:
+    """Deployment + Service for tensorflow/serving, built as data and dumped with PyYAML.
+
+    ``base_path`` is mounted at ``server_base_path``, where models.config points.
+    """
+    import yaml
+
+    mount = server_base_path.rstrip("/")
+    args = ["--port=8500", "--rest_api_port=8501",
+            f"--model_config_file={mount}/{MODELS_CONFIG}",
+            "--model_config_file_poll_wait_seconds=60", "--enable_batching",
+            f"--batching_parameters_file={mount}/{BATCHING_FILE}",
+            f"--monitoring_config_file={mount}/{MONITORING_FILE}"]
+    args += sorted(set(flags) & set(SERVER_FLAGS))
+    limits = {"cpu": "4", "memory": "8Gi"}
+    if target == "gpu":
+        limits["nvidia.com/gpu"] = 1
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {
+                "metadata": {"labels": {"app": app}, "annotations": {
+                    "prometheus.io/scrape": "true", "prometheus.io/port": "8501",
+                    "prometheus.io/path": PROMETHEUS_PATH}},
+                "spec": {
+                    "containers": [{
+                        "name": "serving", "image": SERVING_IMAGE[target], "args": args,
+                        "ports": [{"containerPort": 8500, "name": "grpc"},
+                                  {"containerPort": 8501, "name": "http"}],
+                        "readinessProbe": {"httpGet": {"path": "/v1/models", "port": 8501}},
+                        "resources": {"limits": limits},
+                        "volumeMounts": [{"name": "models", "mountPath": mount}]}],
+                    "volumes": [{"name": "models",
+                                 "hostPath": {"path": os.path.abspath(base_path)}}]}}}}
+    service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": app},
+        "spec": {"selector": {"app": app},
+                 "ports": [{"name": "grpc", "port": 8500}, {"name": "http", "port": 8501}]}}
+    header = f"# TF Serving for the models under {base_path} (mounted at {mount}).\n"
+    return header + yaml.safe_dump_all([deployment, service], sort_keys=False)
+
+
+def server_flags(base_path: str) -> List[str]:
+    """Every flag some served model under ``base_path`` needs (from the models' states)."""
+    flags = set()
+    for name in sorted(os.listdir(base_path)) if os.path.isdir(base_path) else []:
+        root = os.path.join(base_path, name)
+        if os.path.isdir(root) and not name.startswith("."):
+            flags |= set(State.load(root).server_flags)
+    return sorted(flags & set(SERVER_FLAGS))
+
+
+def write_configs(base_path: str, target: str, batching_overrides: Optional[dict] = None,
+                  server_base_path: str = SERVER_MOUNT) -> Dict[str, str]:
+    """Rewrites the server configs. The manifest carries every flag a served version
+    needs (from the models' states; each flag in SERVER_FLAGS is safe for models that
+    do not need it), so a later push or a rollback never drops one."""
+    files = {MODELS_CONFIG: models_config_text(base_path, server_base_path),
+             BATCHING_FILE: batching_text(target, batching_overrides),
+             MONITORING_FILE: monitoring_text(),
+             K8S_MANIFEST: k8s_manifest(base_path, target, server_flags(base_path),
+                                        server_base_path=server_base_path)}
+    for name, text in files.items():
+        atomic_write(os.path.join(base_path, name), text)
+    return {name: os.path.join(base_path, name) for name in files}
+
+

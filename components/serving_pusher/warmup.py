@@ -1,0 +1,59 @@
+"""TF Serving warmup requests: synthesized from Examples or random, written as PredictionLogs.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Sequence
+
+from tfx_bridge.components.serving_pusher.base_layout import (
+    MAX_WARMUP,
+)
+from tfx_bridge.components.serving_pusher.errors import (
+    PusherConfigError,
+)
+from tfx_bridge.savedmodel import SERVING_SIGNATURE
+
+# --------------------------------------------------------------------------- warmup
+
+
+def write_warmup(path: str, model_name: str, signature: dict, feeds: Sequence[Dict],
+                 signature_name: str = SERVING_SIGNATURE) -> int:
+    """assets.extra/tf_serving_warmup_requests: PredictionLog records (at most 1000)."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    feeds = list(feeds)[:MAX_WARMUP]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for feed in feeds:
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature_name))
+            for name, value in feed.items():
+                dtype = signature["inputs"][name]["dtype"]
+                request.inputs[name].CopyFrom(tf.make_tensor_proto(value, dtype=dtype))
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request))
+            writer.write(log.SerializeToString())
+    return len(feeds)
+
+
+def synthesize_feeds(signature: dict, count: int, batch: int = 1,
+                     examples_dir: Optional[str] = None) -> List[Dict]:
+    """Warmup inputs: from Examples when given, else within each input's dtype."""
+    from tfx_bridge import examples
+    from tfx_bridge.tensorspec import TensorSpec, make_inputs
+
+    specs = []
+    for name, s in sorted(signature["inputs"].items()):
+        shape = s["shape"] or [None]
+        dims = tuple(-1 if d is None else int(d) for d in shape)
+        dims = (-1,) + dims[1:]
+        specs.append(TensorSpec(name, s["dtype"], dims))
+    if examples_dir:
+        real = examples.inputs_from_examples(examples_dir, specs, count * batch,
+                                             PusherConfigError)
+        if real and examples.tile_rows(real, batch) is not None:
+            return [examples.tile_rows(real, batch, start=i * batch) for i in range(count)]
+    return [make_inputs(specs, batch, seed=i) for i in range(count)]
+
+
