@@ -63,3 +63,58 @@ def torch_ctr_scores(weights: str, rows):
 def ctr_reference():
     """(demo_eval_records, torch_ctr_scores): what a test can know about a demo run."""
     return demo_eval_records, torch_ctr_scores
+
+
+class ReferenceHandover:
+    """How the research team hands over each reference model, written to a folder."""
+
+    kinds = {"mlp": "state_dict", "cnn": "torchscript", "transformer": "torchscript",
+             "moe": "state_dict", "embedding": "onnx"}
+
+    def __call__(self, name: str, folder: str):
+        import torch
+
+        from tfx_bridge.components.pytorch_model_importer import convert, signature
+        from tfx_bridge.pipelines import demo_models
+
+        cls, kwargs, inputs, _ = demo_models.REFERENCE_MODELS[name]
+        model = demo_models.build(name)
+        kind = self.kinds[name]
+        specs = signature.parse_input_specs(inputs)
+        sample = tuple(torch.from_numpy(v) for v in signature.make_inputs(specs, 3).values())
+        if kind == "state_dict":
+            path = os.path.join(folder, f"{name}.pt")
+            torch.save(model.state_dict(), path)
+            return convert.ModelSource(
+                kind, path, f"tfx_bridge.pipelines.demo_models:{cls.__name__}", kwargs)
+        if kind == "torchscript":
+            path = os.path.join(folder, f"{name}.torchscript")
+            torch.jit.trace(model, sample).save(path)
+            return convert.ModelSource(kind, path)
+        path = os.path.join(folder, f"{name}.onnx")
+        torch.onnx.export(model, sample, path, input_names=[s.name for s in specs],
+                          dynamic_axes={s.name: {0: "b"} for s in specs}, opset_version=17)
+        return convert.ModelSource(kind, path)
+
+
+@pytest.fixture(scope="session")
+def reference_imports(tmp_path_factory):
+    """Every reference model imported once per session (importer and optimizer tests
+    share them): name -> ImportResult; the Model folder is its serving_dir's parent."""
+    pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
+    from tfx_bridge.components.pytorch_model_importer import convert, signature
+    from tfx_bridge.pipelines import demo_models
+
+    handover = ReferenceHandover()
+    out = {}
+    for name, (_, _, inputs, outputs) in demo_models.REFERENCE_MODELS.items():
+        folder = str(tmp_path_factory.mktemp(f"ref_{name}"))
+        out[name] = convert.import_model(handover(name, folder),
+                                         signature.parse_input_specs(inputs), outputs,
+                                         os.path.join(folder, "model"))
+    return out
+
+
+@pytest.fixture(scope="session")
+def reference_handover():
+    return ReferenceHandover()

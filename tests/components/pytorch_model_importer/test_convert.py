@@ -19,54 +19,23 @@ from tfx_bridge.components.pytorch_model_importer.errors import (  # noqa: E402
 )
 from tfx_bridge.pipelines import demo_models  # noqa: E402
 
-# name -> how the research team hands it over
-HANDOVER = {"mlp": "state_dict", "cnn": "torchscript", "transformer": "torchscript",
-            "moe": "state_dict", "embedding": "onnx"}
-
-
-def handover(name: str, folder: str) -> convert.ModelSource:
-    cls, kwargs, inputs, outputs = demo_models.REFERENCE_MODELS[name]
-    model = demo_models.build(name)
-    kind = HANDOVER[name]
-    specs = signature.parse_input_specs(inputs)
-    sample = tuple(torch.from_numpy(v) for v in convert.make_inputs(specs, 3).values())
-    if kind == "state_dict":
-        path = os.path.join(folder, f"{name}.pt")
-        torch.save(model.state_dict(), path)
-        return convert.ModelSource(kind, path, f"tfx_bridge.pipelines.demo_models:{cls.__name__}",
-                                   kwargs)
-    if kind == "torchscript":
-        path = os.path.join(folder, f"{name}.torchscript")
-        torch.jit.trace(model, sample).save(path)
-        return convert.ModelSource(kind, path)
-    path = os.path.join(folder, f"{name}.onnx")
-    torch.onnx.export(model, sample, path, input_names=[s.name for s in specs],
-                      dynamic_axes={s.name: {0: "b"} for s in specs}, opset_version=17)
-    return convert.ModelSource(kind, path)
-
 
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory):
-    """Every reference model imported once (about 20 s each: onnx2tf in a subprocess)."""
-    out = {}
-    for name in demo_models.REFERENCE_MODELS:
-        folder = str(tmp_path_factory.mktemp(name))
-        _, _, inputs, outputs = demo_models.REFERENCE_MODELS[name]
-        result = convert.import_model(handover(name, folder), signature.parse_input_specs(inputs),
-                                      outputs, os.path.join(folder, "model"))
-        out[name] = result
-    return out
+def imported(reference_imports):
+    """Every reference model imported once per session (conftest.reference_imports)."""
+    return reference_imports
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(demo_models.REFERENCE_MODELS))
-def test_import_reference_model_equivalent_at_three_batch_sizes(imported, name):
+def test_import_reference_model_equivalent_at_three_batch_sizes(imported, reference_handover,
+                                                                name):
     result = imported[name]
     assert result.blessed, convert.check_table(result.report["checks"])
     checks = result.report["checks"]
     assert {c["batch"] for c in checks} == {1, 7, 32}
     _, _, _, outputs = demo_models.REFERENCE_MODELS[name]
-    refs = {"onnxruntime"} | ({"torch"} if HANDOVER[name] != "onnx" else set())
+    refs = {"onnxruntime"} | ({"torch"} if reference_handover.kinds[name] != "onnx" else set())
     for batch in (1, 7, 32):
         for out in outputs:
             for ref in refs:
@@ -118,7 +87,7 @@ def test_import_report_written(imported):
 
 
 @pytest.mark.slow
-def test_import_tampered_onnx_weight_not_blessed(tmp_path):
+def test_import_tampered_onnx_weight_not_blessed(tmp_path, reference_handover):
     from onnx import numpy_helper
 
     def tamper(path):
@@ -130,7 +99,7 @@ def test_import_tampered_onnx_weight_not_blessed(tmp_path):
         onnx.save(model, path)
 
     _, _, inputs, outputs = demo_models.REFERENCE_MODELS["mlp"]
-    result = convert.import_model(handover("mlp", str(tmp_path)),
+    result = convert.import_model(reference_handover("mlp", str(tmp_path)),
                                   signature.parse_input_specs(inputs), outputs,
                                   str(tmp_path / "model"), tamper_onnx=tamper)
     assert not result.blessed

@@ -1,6 +1,7 @@
 """TrtOptimizer: TensorRT detection, the CPU path end to end, the drift gate, the CLI."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -13,37 +14,25 @@ torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 
 import tensorflow as tf  # noqa: E402
 
-from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
 from tfx_bridge.components.trt_optimizer import detect, optimize  # noqa: E402
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError  # noqa: E402
-from tfx_bridge.pipelines import demo_models  # noqa: E402
-
-PROBE = detect.probe()
 
 
-def _import(tmp_path_factory, name: str) -> str:
-    """Reference model ``name`` imported: a Model artifact folder."""
-    folder = tmp_path_factory.mktemp(name)
-    weights = str(folder / f"{name}.pt")
-    torch.save(demo_models.build(name).state_dict(), weights)
-    cls, _, inputs, outputs = demo_models.REFERENCE_MODELS[name]
-    result = convert.import_model(
-        convert.ModelSource("state_dict", weights,
-                            f"tfx_bridge.pipelines.demo_models:{cls.__name__}"),
-        signature.parse_input_specs(inputs), outputs, str(folder / "model"))
-    assert result.blessed
-    return str(folder / "model")
+@functools.cache
+def probe() -> detect.Probe:
+    """The TensorRT probe, run once and only when a test needs it (not at collection)."""
+    return detect.probe()
 
 
 @pytest.fixture(scope="module")
-def imported_moe(tmp_path_factory):
-    """The top-k MoE imported once (module scope: several tests optimize it)."""
-    return _import(tmp_path_factory, "moe")
+def imported_moe(reference_imports):
+    """The top-k MoE imported once per session (conftest.reference_imports)."""
+    return os.path.dirname(reference_imports["moe"].serving_dir)
 
 
 @pytest.fixture(scope="module")
-def imported_mlp(tmp_path_factory):
-    return _import(tmp_path_factory, "mlp")
+def imported_mlp(reference_imports):
+    return os.path.dirname(reference_imports["mlp"].serving_dir)
 
 
 def _perturbed(loaded, out):
@@ -70,17 +59,17 @@ def _perturbed(loaded, out):
 def test_probe_without_tensorrt_reports_reason_and_survives():
     """get_loaded_tensorrt_version() would abort this process; the probe runs it nowhere
     unsafe and says why TensorRT is out."""
-    assert isinstance(PROBE, detect.Probe)
-    if not PROBE.tensorrt:
-        assert "libnvinfer" in PROBE.why_not() or "probe" in PROBE.why_not()
-        assert PROBE.linked_version in (None, "8.6.1")
-    assert not PROBE.can_run_tensorrt or PROBE.gpus > 0
+    assert isinstance(probe(), detect.Probe)
+    if not probe().tensorrt:
+        assert "libnvinfer" in probe().why_not() or "probe" in probe().why_not()
+        assert probe().linked_version in (None, "8.6.1")
+    assert not probe().can_run_tensorrt or probe().gpus > 0
 
 
 @pytest.mark.slow
 def test_cpu_path_end_to_end_rejects_perturbed_candidate(imported_moe, tmp_path):
     out = str(tmp_path / "opt")
-    result = optimize.optimize(imported_moe, out, iterations=30,
+    result = optimize.optimize(imported_moe, out, iterations=30, probe=probe(),
                                candidates=list(optimize.CPU_CANDIDATES),
                                extra_candidates={"perturbed": _perturbed})
     report = result.report
@@ -113,7 +102,7 @@ def test_cpu_path_end_to_end_rejects_perturbed_candidate(imported_moe, tmp_path)
 @pytest.mark.slow
 def test_default_cpu_run_needs_no_experimental_serving_flag(imported_mlp, tmp_path):
     out = str(tmp_path / "opt")
-    result = optimize.optimize(imported_mlp, out, iterations=20)
+    result = optimize.optimize(imported_mlp, out, iterations=20, probe=probe())
     names = [c["name"] for c in result.report["candidates"]]
     assert names == ["original", *optimize.DEFAULT_CPU_CANDIDATES]
     assert "tflite" not in names and not any(n.startswith("xla") for n in names)
@@ -129,7 +118,8 @@ def test_default_cpu_run_needs_no_experimental_serving_flag(imported_mlp, tmp_pa
 @pytest.mark.slow
 def test_tflite_candidate_matches_original_and_keeps_savedmodel(imported_mlp, tmp_path):
     out = str(tmp_path / "opt")
-    result = optimize.optimize(imported_mlp, out, iterations=30, candidates=["tflite"])
+    result = optimize.optimize(imported_mlp, out, iterations=30, candidates=["tflite"],
+                               probe=probe())
     lite = next(c for c in result.report["candidates"] if c["name"] == "tflite")
     assert lite["passed"] and lite["error"] is None and len(lite["latency"]) == 2
     assert result.blessed and result.backend in ("original", "tflite-cpu")
@@ -200,20 +190,20 @@ def test_drift_integer_outputs_exact_or_topk_threshold():
 
 
 def test_optimize_fp16_without_tensorrt_refused(imported_moe, tmp_path):
-    if PROBE.can_run_tensorrt:
+    if probe().can_run_tensorrt:
         pytest.skip("this host has TensorRT: fp16 is allowed here")
     with pytest.raises(OptimizerConfigError, match=r"precision fp16 needs TensorRT"):
-        optimize.optimize(imported_moe, str(tmp_path / "o"), precision="fp16", probe=PROBE)
+        optimize.optimize(imported_moe, str(tmp_path / "o"), precision="fp16", probe=probe())
 
 
 @pytest.mark.gpu
 @pytest.mark.tensorrt
-@pytest.mark.skipif(not PROBE.can_run_tensorrt,
-                    reason=f"TensorRT cannot run here: {PROBE.why_not()}")
 def test_tensorrt_fp16_conversion_runs_engines(imported_moe, tmp_path):
+    if not probe().can_run_tensorrt:
+        pytest.skip(f"TensorRT cannot run here: {probe().why_not()}")
     out = str(tmp_path / "trt")
     result = optimize.optimize(imported_moe, out, precision="fp16", iterations=30,
-                               probe=PROBE, topk_threshold=0.95, atol=1e-2)
+                               probe=probe(), topk_threshold=0.95, atol=1e-2)
     assert result.backend == "tensorrt" and result.requires_gpu
     assert result.report["tensorrt"]["ran"] is True
     assert os.path.exists(os.path.join(out, "Format-Serving", "trt_summary.txt"))
