@@ -24,6 +24,7 @@ from tfx_bridge.components.parquet_example_gen.errors import (
     ParquetInputError,
     ParquetSchemaError,
 )
+from tfx_bridge.names import check_segment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,8 +81,10 @@ class SplitConfig:
                 f"partition_feature_name {self.partition_feature!r} needs output splits to "
                 "partition into; add them or drop the partition feature.")
         names = self.split_names
-        if len(set(names)) != len(names) or any(not n for n in names):
-            raise ParquetConfigError(f"Split names must be unique and non-empty; got {names}.")
+        for name in names:  # each becomes a Split-<name> folder under the output
+            check_segment(name, "Split name", ParquetConfigError)
+        if len(set(names)) != len(names):
+            raise ParquetConfigError(f"Split names must be unique; got {names}.")
 
     @property
     def split_names(self) -> List[str]:

@@ -134,6 +134,13 @@ def load_torch_module(source: ModelSource):
         raise ImporterConfigError(
             f"--module-class {source.module_class!r}: cannot import it ({e}). Install the "
             "package that defines it, or fix the path.") from e
+    # Checked before anything is called: a module class is a torch.nn.Module, never an
+    # arbitrary callable (os:system would run a command with --module-kwargs).
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise ImporterConfigError(
+            f"--module-class {source.module_class!r} is {type(cls).__name__} "
+            f"{getattr(cls, '__qualname__', cls)!r}, not a torch.nn.Module subclass. Name the "
+            "model's class, e.g. mypkg.models:CtrModel.")
     try:
         module = cls(**(source.module_kwargs or {}))
     except TypeError as e:

@@ -85,9 +85,7 @@ class ServingPusher(base_component.BaseComponent):
             raise PusherConfigError(f"ServingPusher: label {label!r}; use {serving.LABELS}.")
         if target not in serving.TARGETS:
             raise PusherConfigError(f"ServingPusher: target {target!r}; use {serving.TARGETS}.")
-        if not model_name or "/" in model_name or model_name.isdigit():
-            raise PusherConfigError(
-                f"ServingPusher: model_name {model_name!r} must be a folder name, not a number.")
+        serving.check_model_name(model_name)
         if keep_versions < 1:
             raise PusherConfigError("ServingPusher: keep_versions must be >= 1.")
         spec = ServingPusherSpec(

@@ -84,6 +84,7 @@ from tfx_bridge.components.serving_pusher.warmup import (
     synthesize_feeds,
     write_warmup,
 )
+from tfx_bridge.names import check_segment
 from tfx_bridge.savedmodel import (  # noqa: F401  (TFLITE_*: re-exported)
     SERVER_FLAGS,
     TFLITE_FILE,
@@ -91,6 +92,17 @@ from tfx_bridge.savedmodel import (  # noqa: F401  (TFLITE_*: re-exported)
 )
 
 # --------------------------------------------------------------------------- push
+
+
+def check_model_name(model_name: str) -> str:
+    """A model name is a folder under the base path and a key in models.config: one safe
+    path segment, and not a number (TF Serving would read it as a version)."""
+    check_segment(model_name, "Model name", PusherConfigError)
+    if model_name.isdigit():
+        raise PusherConfigError(
+            f"Model name {model_name!r} is a number: TF Serving reads integer folders as "
+            "versions. Use a name such as 'ctr'.")
+    return model_name
 
 
 @dataclasses.dataclass
@@ -118,6 +130,7 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
     """
     import tempfile
 
+    check_model_name(model_name)
     if label not in LABELS:
         raise PusherConfigError(f"label {label!r}: use one of {LABELS}.")
     if not 1 <= warmup_records <= MAX_WARMUP:
@@ -186,6 +199,7 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
 def rollback(base_path: str, model_name: str, to_version: int, target: str = "cpu",
              server_base_path: str = SERVER_MOUNT) -> dict:
     """Moves the ``stable`` label to ``to_version`` and rewrites the configs."""
+    check_model_name(model_name)
     set_label(base_path, model_name, "stable", to_version)
     with push_lock(os.path.join(base_path, model_name)):
         write_configs(base_path, target, server_base_path=server_base_path)

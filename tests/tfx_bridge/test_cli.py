@@ -56,7 +56,8 @@ def test_cli_bad_split_spec_exit_2_in_process(tmp_path, capsys):
     code = cli.main(["ingest", "--input-base", str(tmp_path), "--output", str(tmp_path / "o"),
                      "--splits", "train", "--quiet"])
     assert code == cli.EXIT_BAD_INPUT
-    assert "Bad split 'train'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Bad split 'train'" in err and "Traceback" not in err
 
 
 @pytest.mark.slow
@@ -128,18 +129,21 @@ def test_cli_validate_findings_exit_1_with_summary(tmp_path):
                 schemas.path(schemas.DEMO_SCHEMA), "--contract",
                 schemas.path(schemas.DEMO_CONTRACT), "--output", str(tmp_path / "v"), "--json")
     assert proc.returncode == cli.EXIT_CHECK_FAILED, proc.stderr
+    assert "Traceback" not in proc.stderr
     assert "feature 'hour' (data_vs_schema.wire_kind): expected int64_list" in proc.stdout
     summary = _last_json(proc.stdout)
     assert summary["blessed"] is False and "data_vs_schema.wire_kind" in summary["checks"]
 
 
-def test_cli_validate_bad_schema_exit_2(tmp_path):
+def test_cli_validate_bad_schema_exit_2(tmp_path, capfd):
     bad = tmp_path / "s.pbtxt"
     bad.write_text("feature { nme: 'x' }")
     (tmp_path / "ex" / "Split-train").mkdir(parents=True)
     code = cli.main(["validate", "--examples", str(tmp_path / "ex"), "--schema", str(bad),
                      "--output", str(tmp_path / "o"), "--quiet"])
     assert code == cli.EXIT_BAD_INPUT
+    err = capfd.readouterr().err
+    assert f"Schema {bad} is not a TFMD Schema text proto" in err and "Traceback" not in err
 
 
 @pytest.mark.slow

@@ -493,3 +493,10 @@ def test_ingest_direct_runner_multi_process_same_records(tmp_path):
     single = core.ingest(plan, str(tmp_path / "single"), _direct)
     assert multi == single and sum(multi.values()) == 900
     assert _split_ids(str(tmp_path / "multi")) == _split_ids(str(tmp_path / "single"))
+
+
+@pytest.mark.parametrize("splits", ["x:1,x/../../ESCAPED:1", "../a:1", "train:1,:1",
+                                    "a/b:1", ".hidden:1"])
+def test_split_names_that_are_not_one_folder_refused(tmp_path, splits):
+    with pytest.raises(ParquetConfigError, match=r"Split name .* cannot be used as a folder"):
+        core.SplitConfig.parse(splits, "*.parquet")

@@ -111,6 +111,7 @@ def test_cli_import_model_over_tolerance_exit_1(tmp_path):
     if summary["max_abs_error"] == 0.0:
         pytest.fail("conversion was bit-exact; atol=0 cannot show the gate")
     assert proc.returncode == 1 and summary["blessed"] is False
+    assert "Traceback" not in proc.stderr
     assert "| **NO** |" in proc.stdout
     assert os.path.exists(tmp_path / "out" / "Format-Serving" / "saved_model.pb")
     assert json.load(open(tmp_path / "out" / "report.json"))["blessed"] is False

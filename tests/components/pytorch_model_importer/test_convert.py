@@ -163,3 +163,16 @@ def test_module_class_not_importable_refused(tmp_path):
     source = convert.ModelSource("state_dict", str(path), "no_such_pkg.mod:Net", {})
     with pytest.raises(ImporterConfigError, match=r"cannot import it"):
         convert.load_torch_module(source)
+
+
+def test_module_class_not_an_nn_module_refused_before_call(tmp_path):
+    path = tmp_path / "w.pt"
+    torch.save({}, str(path))
+    marker = tmp_path / "ran"
+    source = convert.ModelSource("state_dict", str(path), "os:system",
+                                 {"command": f"touch {marker}"})
+    with pytest.raises(ImporterConfigError,
+                       match=r"'os:system' is builtin_function_or_method 'system', not a "
+                             r"torch.nn.Module subclass"):
+        convert.load_torch_module(source)
+    assert not marker.exists()  # nothing was called

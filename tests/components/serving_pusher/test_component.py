@@ -73,6 +73,6 @@ def test_pipeline_unblessed_model_pushes_nothing_and_says_why(tmp_path):
 
 def test_component_numeric_model_name_refused():
     from tfx.types import channel, standard_artifacts
-    with pytest.raises(PusherConfigError, match=r"must be a folder name, not a number"):
+    with pytest.raises(PusherConfigError, match=r"Model name .7. is a number: TF Serving reads"):
         ServingPusher(model=channel.Channel(type=standard_artifacts.Model), base_path="/s",
                       model_name="7")

@@ -343,3 +343,13 @@ def test_push_while_another_holds_the_lock_exit_4_busy(models, tmp_path):
     assert "busy, retry later" in proc.stderr and "Traceback" not in proc.stderr
     assert '"error_type": "PushLocked"' in proc.stdout.strip().splitlines()[-1]
     assert serving.versions(str(base / "ctr")) == []
+
+
+@pytest.mark.parametrize("name", ["../evil", "a/b", "", "ok name", "/abs", ".hidden",
+                                  "-flag", "x" * 129, "7"])
+def test_push_model_name_not_a_safe_folder_refused_nothing_written(models, tmp_path, name):
+    base = tmp_path / "serving"
+    with pytest.raises(PusherConfigError, match=r"Model name .* (cannot be used as a folder "
+                                                 r"name|is a number)"):
+        serving.push(models["a"], str(base), name)
+    assert os.listdir(tmp_path) == []  # no folder made, inside or outside the base
