@@ -446,7 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "schedule)")
     run.add_argument("--data-root", required=True, help="folder with span-<n>/ Parquet folders")
     run.add_argument("--model-source", required=True,
-                     help="research output folder with weights.pt")
+                     help="research output folder with weights.pt, or a root of "
+                          "span-N/weights.pt folders (the newest is taken)")
     run.add_argument("--serving-base-path", required=True)
     run.add_argument("--model-name", default="ctr")
     run.add_argument("--workdir", required=True, help="pipeline root and MLMD live here")
