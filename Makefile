@@ -1,4 +1,6 @@
 # The two commands a newcomer types: `make demo` and `make test`.
+# make test runs the suite on two pytest-xdist workers (one test file per worker at
+# a time: session fixtures such as the converted zoo stay within one process).
 # Both create .venv (Python 3.10, pinned set from constraints.txt) on first use.
 SHELL := /bin/bash
 VENV := .venv
@@ -14,7 +16,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	$(VPY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

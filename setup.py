@@ -83,7 +83,7 @@ setup(
         "zoo": ["torchvision>=0.20,<0.21", "transformers>=4.40,<4.47"],
         # Compiling pipelines for Kubeflow Pipelines (KubeflowV2DagRunner).
         "kfp": ["kfp>=2.5,<2.6"],
-        "dev": ["pytest>=7", "ruff>=0.4"],
+        "dev": ["pytest>=7", "pytest-xdist>=3.5", "ruff>=0.4"],
     },
     entry_points={"console_scripts": ["tfx-bridge=tfx_bridge.cli:main"]},
 )

@@ -97,22 +97,33 @@ class ReferenceHandover:
         return convert.ModelSource(kind, path)
 
 
+class _ReferenceImports:
+    """name -> ImportResult, each reference model imported on first use, once per
+    session (a test worker converts only the models its tests ask for)."""
+
+    def __init__(self, tmp_path_factory):
+        self._factory = tmp_path_factory
+        self._done = {}
+
+    def __getitem__(self, name: str):
+        if name not in self._done:
+            from tfx_bridge.components.pytorch_model_importer import convert, signature
+            from tfx_bridge.pipelines import demo_models
+
+            _, _, inputs, outputs = demo_models.REFERENCE_MODELS[name]
+            folder = str(self._factory.mktemp(f"ref_{name}"))
+            self._done[name] = convert.import_model(
+                ReferenceHandover()(name, folder), signature.parse_input_specs(inputs),
+                outputs, os.path.join(folder, "model"))
+        return self._done[name]
+
+
 @pytest.fixture(scope="session")
 def reference_imports(tmp_path_factory):
     """Every reference model imported once per session (importer and optimizer tests
     share them): name -> ImportResult; the Model folder is its serving_dir's parent."""
     pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
-    from tfx_bridge.components.pytorch_model_importer import convert, signature
-    from tfx_bridge.pipelines import demo_models
-
-    handover = ReferenceHandover()
-    out = {}
-    for name, (_, _, inputs, outputs) in demo_models.REFERENCE_MODELS.items():
-        folder = str(tmp_path_factory.mktemp(f"ref_{name}"))
-        out[name] = convert.import_model(handover(name, folder),
-                                         signature.parse_input_specs(inputs), outputs,
-                                         os.path.join(folder, "model"))
-    return out
+    return _ReferenceImports(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
