@@ -172,13 +172,43 @@ def load_torch_module(source: ModelSource):
     return module.eval()
 
 
+def _all_tensors(graph):
+    """Every TensorProto a graph holds: initializers, sparse initializers, and tensors in
+    node attributes (``Constant``), in subgraphs (If/Loop bodies) too."""
+    from onnx import AttributeProto
+
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == AttributeProto.TENSOR:
+                yield attr.t
+            elif attr.type == AttributeProto.TENSORS:
+                yield from attr.tensors
+            elif attr.type == AttributeProto.SPARSE_TENSOR:
+                yield attr.sparse_tensor.values
+                yield attr.sparse_tensor.indices
+            elif attr.type == AttributeProto.GRAPH:
+                yield from _all_tensors(attr.g)
+            elif attr.type == AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _all_tensors(g)
+
+
 def check_external_data(onnx_path: str) -> None:
-    """Refuses external-data locations that resolve outside the model's folder."""
+    """Refuses external-data locations that resolve outside the model's folder.
+
+    Every tensor is checked (initializers, ``Constant`` node values, subgraphs), and
+    locations are resolved through symlinks: a link inside the folder that points
+    outside it is refused like a ``../`` path.
+    """
     onnx = _onnx()
     model = onnx.load(onnx_path, load_external_data=False)
     folder = os.path.realpath(os.path.dirname(os.path.abspath(onnx_path)))
     bad = []
-    for tensor in list(model.graph.initializer):
+    for tensor in _all_tensors(model.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         location = {e.key: e.value for e in tensor.external_data}.get("location", "")

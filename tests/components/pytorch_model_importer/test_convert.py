@@ -176,3 +176,37 @@ def test_module_class_not_an_nn_module_refused_before_call(tmp_path):
                              r"torch.nn.Module subclass"):
         convert.load_torch_module(source)
     assert not marker.exists()  # nothing was called
+
+
+@pytest.mark.parametrize("via", ["dotdot", "symlink"])
+def test_onnx_constant_node_external_data_outside_folder_refused(tmp_path, via):
+    """A Constant node's tensor is checked like an initializer, through symlinks too."""
+    from onnx import TensorProto, helper
+
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(np.float32(42.0).tobytes())
+    folder = tmp_path / "model"
+    folder.mkdir()
+    if via == "symlink":
+        os.symlink(secret, folder / "link.bin")
+        location = "link.bin"
+    else:
+        location = "../secret.bin"
+    value = helper.make_tensor("c", TensorProto.FLOAT, [1], [0.0])
+    del value.float_data[:]
+    value.data_location = TensorProto.EXTERNAL
+    entry = value.external_data.add()
+    entry.key, entry.value = "location", location
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=value),
+         helper.make_node("Add", ["x", "c"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])])
+    path = str(folder / "m.onnx")
+    onnx.save(helper.make_model(graph), path)
+    with pytest.raises(ModelSourceError,
+                       match=rf"external data outside the model's folder \('c' -> '{location}'"):
+        convert.import_model(convert.ModelSource("onnx", path),
+                             signature.parse_input_specs(["x:float32:-1,1"]), ["y"],
+                             str(tmp_path / "out"))
+    assert not (tmp_path / "out" / convert.SERVING_DIR).exists()
