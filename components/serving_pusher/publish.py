@@ -64,7 +64,7 @@ def model_digest(saved_model_dir: str) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    for root, dirs, files in os.walk(saved_model_dir):
+    for root, dirs, files in os.walk(saved_model_dir, followlinks=True):  # as copied
         dirs.sort()
         for name in sorted(files):
             path = os.path.join(root, name)
@@ -126,9 +126,13 @@ def versions(model_root: str) -> List[int]:
 
 
 def _copy_tree_synced(src: str, dst: str) -> None:
-    """Copies a SavedModel, saved_model.pb last, fsyncing every file and folder."""
+    """Copies a SavedModel, saved_model.pb last, fsyncing every file and folder.
+
+    In-folder symlinks are followed (copied as what they point to, as the load
+    check saw them); push() has refused any that lead outside or loop.
+    """
     last = None
-    for root, _dirs, files in os.walk(src):
+    for root, _dirs, files in os.walk(src, followlinks=True):
         rel = os.path.relpath(root, src)
         target_dir = os.path.join(dst, rel) if rel != "." else dst
         os.makedirs(target_dir, exist_ok=True)

@@ -84,6 +84,7 @@ from tfx_bridge.components.serving_pusher.warmup import (
     synthesize_feeds,
     write_warmup,
 )
+from tfx_bridge.folders import unsafe_links
 from tfx_bridge.names import check_segment
 from tfx_bridge.savedmodel import (  # noqa: F401  (TFLITE_*: re-exported)
     SERVER_FLAGS,
@@ -141,6 +142,12 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
     if unblessed:
         return PushResult(False, None, None,
                           f"not blessed by {', '.join(unblessed)}; nothing pushed", {})
+    links = unsafe_links(saved_model_dir)
+    if links:
+        return PushResult(False, None, None,
+                          f"{saved_model_dir} has symlinks a server must not follow: "
+                          + "; ".join(links) + ". Copy the real files into the model folder; "
+                          "nothing pushed", {})
     try:
         check_target(target, requires_gpu, serving_flags)
         new_sig = serving_signature(saved_model_dir)

@@ -353,3 +353,34 @@ def test_push_model_name_not_a_safe_folder_refused_nothing_written(models, tmp_p
                                                  r"name|is a number)"):
         serving.push(models["a"], str(base), name)
     assert os.listdir(tmp_path) == []  # no folder made, inside or outside the base
+
+
+def test_push_symlink_leading_out_of_the_model_refused(models, tmp_path):
+    import shutil
+
+    model = str(tmp_path / "m")
+    shutil.copytree(models["a"], model)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not yours")
+    os.symlink(secret, os.path.join(model, "assets", "leak.txt"))
+    result = serving.push(model, str(tmp_path / "serving"), "ctr")
+    assert not result.pushed
+    assert f"assets/leak.txt -> {secret} (outside the folder)" in result.reason
+    assert serving.versions(str(tmp_path / "serving" / "ctr")) == []
+
+
+def test_push_in_folder_symlinked_variables_copied_and_loadable(models, tmp_path):
+    import shutil
+
+    model = str(tmp_path / "m")
+    shutil.copytree(models["a"], model)
+    os.rename(os.path.join(model, "variables"), os.path.join(model, "real_variables"))
+    os.symlink("real_variables", os.path.join(model, "variables"))
+    result = serving.push(model, str(tmp_path / "serving"), "ctr")
+    assert result.pushed, result.reason
+    version = os.path.join(tmp_path / "serving" / "ctr", "1")
+    assert os.path.isdir(os.path.join(version, "variables"))
+    assert not os.path.islink(os.path.join(version, "variables"))  # copied as what it was
+    out = tf.saved_model.load(version).signatures["serving_default"](
+        x=tf.ones([2, 4], tf.float32))
+    np.testing.assert_allclose(out["score"].numpy(), [8.0, 8.0])

@@ -1,0 +1,45 @@
+"""Model folders are untrusted: symlinks inside them must not lead out.
+
+Shared by the importer and the pusher. A link that resolves outside the folder
+(a file such as /etc/hostname, a directory elsewhere) or into a loop is refused;
+a link that stays inside is followed, so what is checked and what is copied
+are the same bytes. No TFX imports; local folders only (object stores have no
+symlinks).
+
+Example:
+  >>> import os, tempfile
+  >>> folder = tempfile.mkdtemp()
+  >>> os.symlink("/etc/hostname", os.path.join(folder, "leak.txt"))
+  >>> unsafe_links(folder)
+  ['leak.txt -> /etc/hostname (outside the folder)']
+"""
+from __future__ import annotations
+
+import os
+from typing import List
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+def unsafe_links(folder: str) -> List[str]:
+    """Every symlink under ``folder`` that resolves outside it or into a loop."""
+    if "://" in folder:
+        return []
+    root = os.path.realpath(folder)
+    problems = []
+    for dirpath, dirs, files in os.walk(folder, followlinks=False):
+        for name in dirs + files:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                continue
+            target = os.path.realpath(path)
+            rel = os.path.relpath(path, folder)
+            if not _inside(target, root):
+                problems.append(f"{rel} -> {os.readlink(path)} (outside the folder)")
+            elif not os.path.exists(target):
+                problems.append(f"{rel} -> {os.readlink(path)} (dangling)")
+            elif os.path.isdir(target) and _inside(os.path.realpath(dirpath), target):
+                problems.append(f"{rel} -> {os.readlink(path)} (a loop: it contains itself)")
+    return problems
