@@ -18,6 +18,7 @@ from tfx_bridge.components.serving_pusher.base_layout import (
     LOCK_FILE,
     STAGING_PREFIX,
     STATE_FILE,
+    TARGETS,
     WARMUP_DIR,
     WARMUP_FILE,
     is_remote,
@@ -40,23 +41,49 @@ class State:
     last_version: int = 0
     digests: Dict[str, str] = dataclasses.field(default_factory=dict)
     server_flags: List[str] = dataclasses.field(default_factory=list)
+    # The deployment the model was last pushed for: a rollback keeps it.
+    target: Optional[str] = None
+    batching: Optional[dict] = None
 
     @classmethod
     def load(cls, model_root: str) -> State:
+        """The model's state, validated: a corrupt or inconsistent file stops the caller
+        before anything is published (PusherConfigError naming the file and the repair)."""
         path = os.path.join(model_root, STATE_FILE)
         if not os.path.exists(path):
             return cls()
-        with open(path) as f:
-            doc = json.load(f)
-        return cls({k: int(v) for k, v in doc.get("labels", {}).items()},
-                   int(doc.get("last_version", 0)), dict(doc.get("digests", {})),
-                   sorted(str(f) for f in doc.get("server_flags", [])))
+        repair = (f"Repair or remove {path} (it is rebuilt from the version folders when "
+                  "absent; labels are then set again by the next push or a rollback).")
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+            state = cls({str(k): int(v) for k, v in doc.get("labels", {}).items()},
+                        int(doc.get("last_version", 0)),
+                        {str(k): str(v) for k, v in doc.get("digests", {}).items()},
+                        sorted(str(f) for f in doc.get("server_flags", [])),
+                        doc.get("target"), doc.get("batching"))
+        except (ValueError, TypeError, AttributeError) as e:
+            raise PusherConfigError(f"{path} is not a valid push state ({e}). {repair}") from e
+        present = set(versions(model_root))
+        missing = {k: v for k, v in state.labels.items() if v not in present}
+        unknown = sorted(set(state.labels) - set(LABELS))
+        if missing or unknown or (state.target not in (None, *TARGETS)):
+            raise PusherConfigError(
+                f"{path} is inconsistent: " + "; ".join(
+                    [f"label {k!r} names version {v}, which is not under {model_root}"
+                     for k, v in sorted(missing.items())]
+                    + [f"unknown label {k!r}" for k in unknown]
+                    + ([f"unknown target {state.target!r}"]
+                       if state.target not in (None, *TARGETS) else []))
+                + f". {repair}")
+        return state
 
     def save(self, model_root: str) -> None:
         atomic_write(os.path.join(model_root, STATE_FILE),
-                      json.dumps({"labels": self.labels, "last_version": self.last_version,
-                                  "digests": self.digests, "server_flags": self.server_flags},
-                                 indent=2, sort_keys=True))
+                     json.dumps({"labels": self.labels, "last_version": self.last_version,
+                                 "digests": self.digests, "server_flags": self.server_flags,
+                                 "target": self.target, "batching": self.batching},
+                                indent=2, sort_keys=True))
 
 
 def model_digest(saved_model_dir: str) -> str:

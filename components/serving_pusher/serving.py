@@ -138,6 +138,21 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
         raise PusherConfigError(f"warmup_records must be in [1, {MAX_WARMUP}].")
     if not os.path.exists(os.path.join(saved_model_dir, "saved_model.pb")):
         raise PusherConfigError(f"{saved_model_dir} has no saved_model.pb.")
+    # Every argument and the base path's state are checked before anything is published:
+    # a push either completes (version, state, labels, configs) or changes nothing.
+    if keep_versions < 1:
+        raise PusherConfigError(f"keep_versions must be >= 1, got {keep_versions}.")
+    if target not in TARGETS:
+        raise PusherConfigError(f"target {target!r}: use one of {TARGETS}.")
+    batching_text(target, batching_overrides)
+    if examples_dir is not None and not os.path.isdir(examples_dir):
+        raise PusherConfigError(
+            f"Examples folder {examples_dir} does not exist: give an Examples artifact folder "
+            "(Split-*/), or leave it out to synthesize warmup requests.")
+    if os.path.exists(base_path) and not os.path.isdir(base_path):
+        raise PusherConfigError(f"Base path {base_path} is a file; give a folder.")
+    if os.path.isdir(base_path):
+        models_config_text(base_path, server_base_path)  # every model's state must be sound
     unblessed = sorted(k for k, v in (blessings or {}).items() if v != 1)
     if unblessed:
         return PushResult(False, None, None,
@@ -158,7 +173,10 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
         same = state.labels.get(label)
         if same is not None and state.digests.get(str(same)) == digest and \
                 same in versions(model_root):
-            # A rerun with nothing new (e.g. a re-blessed, unchanged model) adds no version.
+            # A rerun with nothing new (e.g. a re-blessed, unchanged model) adds no version,
+            # but rewrites the configs, so an earlier interrupted push is repaired.
+            with push_lock(model_root, lock_timeout_s):
+                write_configs(base_path, target, batching_overrides, server_base_path)
             return PushResult(True, same, os.path.join(model_root, str(same)),
                               f"identical to version {same} already served as {label}; "
                               "no new version", {"labels": state.labels})
@@ -194,6 +212,7 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
         state = State.load(model_root)
         state.server_flags = sorted(set(state.server_flags)
                                     | (set(serving_flags) & set(SERVER_FLAGS)))
+        state.target, state.batching = target, batching_overrides
         state.save(model_root)
         configs = write_configs(base_path, target, batching_overrides, server_base_path)
     destination = os.path.join(base_path, model_name, str(version))
@@ -203,11 +222,25 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
                        "labels": State.load(os.path.join(base_path, model_name)).labels})
 
 
-def rollback(base_path: str, model_name: str, to_version: int, target: str = "cpu",
-             server_base_path: str = SERVER_MOUNT) -> dict:
-    """Moves the ``stable`` label to ``to_version`` and rewrites the configs."""
+def rollback(base_path: str, model_name: str, to_version: int,
+             target: Optional[str] = None, server_base_path: str = SERVER_MOUNT) -> dict:
+    """Moves the ``stable`` label to ``to_version`` and rewrites the configs.
+
+    The deployment stays as the model was pushed for (target, batching, server
+    flags) unless ``target`` says otherwise. A mistyped model name or base path
+    writes nothing.
+    """
     check_model_name(model_name)
+    model_root = os.path.join(base_path, model_name)
+    if not versions(model_root):
+        raise PusherConfigError(
+            f"No pushed model {model_name!r} under {base_path} (no version folders in "
+            f"{model_root}); check --base-path and --model-name. Nothing was changed.")
+    state = State.load(model_root)
+    target = target or state.target or "cpu"
+    if target not in TARGETS:
+        raise PusherConfigError(f"target {target!r}: use one of {TARGETS}.")
     set_label(base_path, model_name, "stable", to_version)
-    with push_lock(os.path.join(base_path, model_name)):
-        write_configs(base_path, target, server_base_path=server_base_path)
-    return State.load(os.path.join(base_path, model_name)).labels
+    with push_lock(model_root):
+        write_configs(base_path, target, state.batching, server_base_path)
+    return State.load(model_root).labels

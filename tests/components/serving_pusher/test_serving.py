@@ -217,7 +217,9 @@ def test_versions_monotonic_after_versions_removed(models, tmp_path):
     root = os.path.join(base, "ctr")
     warmup = _warmup_file(models, tmp_path)
     assert serving.publish(models["a"], base, "ctr", warmup) == 1
-    assert serving.publish(models["a"], base, "ctr", warmup) == 2
+    # Unlabeled, so removing it leaves a consistent state (a labeled version's removal
+    # is refused as inconsistent state).
+    assert serving.publish(models["a"], base, "ctr", warmup, label=None) == 2
     import shutil
     shutil.rmtree(os.path.join(root, "2"))
     assert serving.publish(models["a"], base, "ctr", warmup) == 3
@@ -384,3 +386,70 @@ def test_push_in_folder_symlinked_variables_copied_and_loadable(models, tmp_path
     out = tf.saved_model.load(version).signatures["serving_default"](
         x=tf.ones([2, 4], tf.float32))
     np.testing.assert_allclose(out["score"].numpy(), [8.0, 8.0])
+
+
+@pytest.mark.parametrize("state_text,needle", [
+    ('{"labels": {"stable": 1', "is not a valid push state"),
+    ('{"labels": {"stable": 99}, "last_version": 1}',
+     "label 'stable' names version 99, which is not under"),
+])
+def test_push_corrupt_or_stale_state_refused_before_publishing(models, tmp_path, state_text,
+                                                               needle):
+    base = tmp_path / "serving"
+    assert serving.push(models["a"], str(base), "ctr").pushed
+    (base / "ctr" / serving.STATE_FILE).write_text(state_text)
+    config = (base / serving.MODELS_CONFIG).read_text()
+    with pytest.raises(PusherConfigError, match=needle + r".*Repair or remove"):
+        serving.push(models["b"], str(base), "ctr")
+    # Another model's push is stopped too, before anything of it is written.
+    with pytest.raises(PusherConfigError, match=needle):
+        serving.push(models["b"], str(base), "other")
+    assert not (base / "other").exists() and serving.versions(str(base / "ctr")) == [1]
+    assert (base / serving.MODELS_CONFIG).read_text() == config
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"keep_versions": 0}, r"keep_versions must be >= 1"),
+    ({"examples_dir": "/no/such/examples"}, r"Examples folder /no/such/examples does not exist"),
+    ({"batching_overrides": {"max_batch": 3}}, r"Unknown batching fields"),
+])
+def test_push_bad_argument_refused_before_publishing(models, tmp_path, kwargs, needle):
+    base = tmp_path / "serving"
+    assert serving.push(models["a"], str(base), "ctr").pushed
+    with pytest.raises(PusherConfigError, match=needle):
+        serving.push(models["b"], str(base), "ctr", **kwargs)
+    assert serving.versions(str(base / "ctr")) == [1]
+
+
+def test_push_base_path_that_is_a_file_refused(models, tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PusherConfigError, match=r"Base path .* is a file"):
+        serving.push(models["a"], str(tmp_path / "file"), "ctr")
+
+
+def test_rollback_keeps_the_gpu_deployment_and_batching(models, tmp_path):
+    import yaml
+
+    base = str(tmp_path / "serving")
+    overrides = {"max_batch_size": 64}
+    assert serving.push(models["a"], base, "ctr", target="gpu",
+                        batching_overrides=overrides).pushed
+    assert serving.push(models["b"], base, "ctr", target="gpu",
+                        batching_overrides=overrides).pushed
+    batching = open(os.path.join(base, serving.BATCHING_FILE)).read()
+    serving.rollback(base, "ctr", 1)
+    deployment = next(yaml.safe_load_all(open(os.path.join(base, serving.K8S_MANIFEST))))
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == serving.SERVING_IMAGE["gpu"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert open(os.path.join(base, serving.BATCHING_FILE)).read() == batching
+    assert "value: 64" in batching
+
+
+def test_rollback_mistyped_model_name_writes_nothing(models, tmp_path):
+    base = tmp_path / "serving"
+    assert serving.push(models["a"], str(base), "ctr").pushed
+    before = sorted(str(p) for p in base.rglob("*"))
+    with pytest.raises(PusherConfigError, match=r"No pushed model 'crt' under .*Nothing was"):
+        serving.rollback(str(base), "crt", 1)
+    assert sorted(str(p) for p in base.rglob("*")) == before
