@@ -116,14 +116,65 @@ class Contract:
         return Contract(f"{self.origin} + {other.origin}", self.features + other.features)
 
 
+# A contract is a few features: bounds that no real contract reaches, so a hostile file
+# (a YAML alias bomb expands 462 bytes into gigabytes) is refused before it is built.
+MAX_CONTRACT_BYTES = 1 << 20
+MAX_CONTRACT_NODES = 100_000  # nodes after expanding every alias
+MAX_CONTRACT_DEPTH = 20
+
+
+def _check_yaml_bounds(text: str, path: str) -> None:
+    """Refuses oversized, deeply nested YAML, or YAML whose aliases expand past
+    MAX_CONTRACT_NODES, from its event stream (nothing is constructed)."""
+    import yaml
+
+    if len(text) > MAX_CONTRACT_BYTES:
+        raise SchemaGuardConfigError(
+            f"Contract file {path} is {len(text)} bytes; a contract is at most "
+            f"{MAX_CONTRACT_BYTES} bytes. Give the consumer's features only.")
+    sizes = {}  # anchor -> expanded node count
+    stack = [[0, None]]  # [expanded size so far, anchor] per open collection
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            stack.append([1, event.anchor])
+            if len(stack) > MAX_CONTRACT_DEPTH + 1:
+                raise SchemaGuardConfigError(
+                    f"Contract file {path} nests deeper than {MAX_CONTRACT_DEPTH} levels; a "
+                    "contract is 'features: {name: {dtype, shape}}'.")
+            continue
+        if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            size, anchor = stack.pop()
+        elif isinstance(event, yaml.ScalarEvent):
+            size, anchor = 1, event.anchor
+        elif isinstance(event, yaml.AliasEvent):
+            size, anchor = sizes.get(event.anchor, 1), None
+        else:
+            continue
+        if anchor:
+            sizes[anchor] = size
+        stack[-1][0] += size
+        if stack[-1][0] > MAX_CONTRACT_NODES:
+            raise SchemaGuardConfigError(
+                f"Contract file {path} expands to more than {MAX_CONTRACT_NODES} YAML nodes "
+                "through its aliases (*name); write the features out instead of nesting "
+                "references to anchors.")
+
+
 def load_contract_file(path: str) -> Contract:
     """Reads a YAML (or JSON) contract file; every problem is listed at once."""
     import tensorflow as tf
     import yaml
 
     try:
-        with tf.io.gfile.GFile(path, "r") as f:
-            doc = yaml.safe_load(f.read())
+        with tf.io.gfile.GFile(path, "rb") as f:
+            raw = f.read(MAX_CONTRACT_BYTES + 1)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SchemaGuardConfigError(
+                f"Contract file {path} is not UTF-8 text ({e.reason} at byte {e.start}).") from e
+        _check_yaml_bounds(text, path)
+        doc = yaml.safe_load(text)
     except tf.errors.OpError as e:
         raise SchemaGuardConfigError(f"Cannot read contract file {path}: {e.message}.") from e
     except OSError as e:

@@ -335,3 +335,31 @@ def test_scan_corrupt_records_file_refused(tmp_path):
     (folder / "data.gz").write_bytes(b"not gzip at all")
     with pytest.raises(SchemaGuardInputError, match=r"data\.gz .*cannot read TFRecords"):
         guard.scan_examples(str(tmp_path / "ex"), config(None))
+
+
+def test_contract_yaml_alias_bomb_refused_before_it_expands(tmp_path):
+    from tfx_bridge.components.schema_guard import contract as contracts
+
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 9):
+        prev, cur = chr(ord("a") + i - 1), chr(ord("a") + i)
+        lines.append(f"{cur}: &{cur} [" + ", ".join(f"*{prev}" for _ in range(9)) + "]")
+    lines.append("features: {x: {dtype: int64, shape: []}, bomb: *i}")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.stat().st_size < 700
+    with pytest.raises(Exception, match=r"expands to more than 100000 YAML nodes"):
+        contracts.load_contract_file(str(path))
+
+
+def test_contract_oversized_or_binary_refused(tmp_path):
+    from tfx_bridge.components.schema_guard import contract as contracts
+
+    big = tmp_path / "big.yaml"
+    big.write_text("features: {}\n" + "#" * (contracts.MAX_CONTRACT_BYTES + 10))
+    with pytest.raises(Exception, match=r"is at most 1048576 bytes"):
+        contracts.load_contract_file(str(big))
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00features")
+    with pytest.raises(Exception, match=r"is not UTF-8 text"):
+        contracts.load_contract_file(str(binary))
