@@ -259,7 +259,71 @@ ZOO: Dict[str, ZooModel] = {
 
 # The test suite converts one model or more per category, within its time budget;
 # benchmarks/import_models.py converts the whole zoo (MobileNetV3 and EfficientNet too).
-TESTED = [name for name in ZOO if name not in ("mobilenet_v3", "efficientnet")]
+# Two test files share the work (test_zoo.py, test_zoo_attention.py), so two test
+# workers convert half each.
+TESTED_A = ["conv_pool_flatten", "resnet", "dlrm", "embedding_bag", "text_cnn"]
+TESTED_B = ["transformer_encoder", "transformer_encoder_layer", "multihead_attention", "bert",
+            "lstm_gru"]
+TESTED = TESTED_A + TESTED_B
+ATOL = 1e-4
+
+
+def assert_equivalent(result, name: str) -> None:
+    """Blessed, and every output within ATOL (integers exact) at batch 1, 7 and 32 against
+    torch (unless handed over as ONNX) and onnxruntime; max_abs_error is the largest."""
+    checks = result.report["checks"]
+    assert result.blessed, convert.check_table(checks)
+    refs = {"onnxruntime"} | ({"torch"} if ZOO[name].handover != "onnx" else set())
+    for batch in (1, 7, 32):
+        for output in ZOO[name].outputs:
+            for ref in refs:
+                c = next(c for c in checks
+                         if (c["batch"], c["output"], c["reference"]) == (batch, output, ref))
+                if c["dtype"].startswith(("int", "uint", "bool")):
+                    assert c["mismatches"] == 0
+                else:
+                    assert c["max_abs"] <= ATOL, c
+    assert result.report["max_abs_error"] == max(
+        c["max_abs"] for c in checks if c["dtype"].startswith("float"))
+
+
+def assert_signature_kept(result, name: str) -> None:
+    """serving_default takes the declared names, dtypes and shapes; outputs are named."""
+    import tensorflow as tf
+
+    entry = ZOO[name]
+    fn = tf.saved_model.load(result.serving_dir).signatures["serving_default"]
+    got = {k: (v.dtype.name, tuple(v.shape.as_list()))
+           for k, v in fn.structured_input_signature[1].items()}
+    want = {s.name: (s.dtype, tuple(None if d < 0 else d for d in s.shape))
+            for s in signature.parse_input_specs(entry.inputs)}
+    assert got == want
+    assert sorted(fn.structured_outputs) == sorted(entry.outputs)
+
+
+def assert_rewrite_named(result, kind: str) -> None:
+    report = result.report
+    applied = {r["kind"]: r for r in report["rewrites"]}
+    assert kind in applied and applied[kind]["nodes"], report["rewrites"]
+    md = open(os.path.join(os.path.dirname(result.serving_dir), convert.REPORT_MD)).read()
+    assert f"- {kind}: " in md
+
+
+class LazyImports:
+    """name -> ImportResult, each zoo model imported on first use (once per process)."""
+
+    def __init__(self, tmp_path_factory):
+        self._factory = tmp_path_factory
+        self._done = {}
+
+    def __getitem__(self, name: str):
+        if name not in self._done:
+            entry = ZOO[name]
+            folder = str(self._factory.mktemp(name))
+            self._done[name] = convert.import_model(
+                hand_over(name, folder), signature.parse_input_specs(entry.inputs),
+                entry.outputs, os.path.join(folder, "model"))
+        return self._done[name]
 
 
 def hand_over(name: str, folder: str) -> convert.ModelSource:
