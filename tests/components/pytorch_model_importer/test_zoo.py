@@ -35,12 +35,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402  (the state_dict handovers name zoo:Class, as users name their package)
 
 
-@pytest.fixture(scope="session")
-def zoo_imports(tmp_path_factory):
-    """Zoo models imported on first use, once per test process (10-20 s each)."""
-    return zoo.LazyImports(tmp_path_factory)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", zoo.TESTED_A)
 def test_zoo_model_equivalent_at_batch_1_7_32(zoo_imports, name):
