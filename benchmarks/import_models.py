@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
+from tfx_bridge.errors import short_message  # noqa: E402
 from tfx_bridge.pipelines import demo_models  # noqa: E402
 
 ZOO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests",
@@ -75,7 +76,7 @@ def _plain(build, inputs, outputs, work) -> str:
                               dynamic_axes={n: {0: "batch"}
                                             for n in [s.name for s in specs] + outputs})
     except Exception as e:
-        return f"export fails ({convert.error_text(e)[:80]})"
+        return f"export fails ({short_message(e)[:80]})"
     out_dir = os.path.join(work, "plain_tf")
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep
                + os.environ.get("PATH", ""))
@@ -103,7 +104,7 @@ def _plain(build, inputs, outputs, work) -> str:
         try:
             got = fn(**tf_feeds)
         except Exception as e:
-            return f"crashes at batch {batch} ({convert.error_text(e)[:70]})"
+            return f"crashes at batch {batch} ({short_message(e)[:70]})"
         for ref, key in zip(want, keys, strict=False):
             value = got[key].numpy()
             if value.shape != ref.shape and value.ndim >= 3:
@@ -131,7 +132,7 @@ def main() -> None:
                 report = result.report
                 verdict = "yes" if result.blessed else "NO"
             except Exception as e:
-                report, verdict = None, f"fails: {convert.error_text(e)[:80]}"
+                report, verdict = None, f"fails: {short_message(e)[:80]}"
             row = {"model": name, "category": category, "blessed": verdict,
                    "seconds": round(time.perf_counter() - start, 1)}
             if report is not None:

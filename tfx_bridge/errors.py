@@ -27,3 +27,23 @@ class CheckFailed(BridgeError):
     this is raised; the CLI exits 1 for it. Retrying without fixing the data or
     the model gives the same result.
     """
+
+
+# Lines TF puts before the message that says what went wrong.
+_NOISE = ("Graph execution error", "Detected at", "Traceback", "File ", "[[",
+          "<stack traces")
+
+
+def short_message(error: BaseException) -> str:
+    """``Type: the informative line`` of an exception, for a report or table cell.
+
+    TF's errors open with boilerplate ("Graph execution error:", "Detected at
+    node ...", "<stack traces unavailable>") and prefix the real line with
+    ``{{function_node ...}}``; both are skipped.
+    """
+    import re
+
+    prefix = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
+    lines = [prefix.sub("", ln.strip()) for ln in str(error).splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(_NOISE)]
+    return f"{type(error).__name__}: {(useful or lines or [''])[0][:300]}"

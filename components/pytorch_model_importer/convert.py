@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from tfx_bridge.components.pytorch_model_importer.errors import (
 )
 from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec, make_inputs
+from tfx_bridge.errors import short_message
 from tfx_bridge.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 
 SERVING_DIR = savedmodel.SERVING_DIR
@@ -483,12 +484,6 @@ class OutputCheck:
     error: Optional[str] = None
 
 
-def _compare(ref: np.ndarray, got: np.ndarray, atol: float, rtol: float
-             ) -> Tuple[float, float, int, bool]:
-    c = compare.compare(ref, got, atol, rtol)
-    return c.max_abs, c.max_rel, c.mismatches, c.ok
-
-
 def _flatten_outputs(out) -> List:
     """A model's outputs as a flat list (tuples/lists nested as nn.LSTM returns them)."""
     if isinstance(out, (tuple, list)):
@@ -513,22 +508,9 @@ def run_ort(onnx_path: str, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
     return session.run(None, feeds)
 
 
-_NOISE = ("Graph execution error", "Detected at node", "Traceback", "File ", "[[", "{{",
-          "<stack traces unavailable>")
-
-
-def error_text(error: Exception) -> str:
-    """The informative line of an exception (TF's first lines are boilerplate)."""
-    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
-    useful = [ln for ln in lines if not ln.startswith(_NOISE)]
-    text = (useful or lines or [""])[0]
-    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)
-    return f"{type(error).__name__}: {text[:300]}"
-
-
 def _failed(batch: int, names: Sequence[str], reference: str, dtypes: Sequence[str],
             error: Exception) -> List[OutputCheck]:
-    message = error_text(error)
+    message = short_message(error)
     return [OutputCheck(batch, name, reference, dtype, None, None, None, False, message)
             for name, dtype in zip(names, dtypes, strict=True)]
 
@@ -576,9 +558,9 @@ def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],
                     f"{ref_name} returned {len(ref_out)} outputs, {len(output_names)} declared")))
                 continue
             for name, r, g in zip(output_names, ref_out, got, strict=True):
-                max_abs, max_rel, bad, ok = _compare(r, g, atol, rtol)
+                c = compare.compare(r, g, atol, rtol)
                 checks.append(OutputCheck(batch, name, ref_name, str(r.dtype),
-                                          max_abs, max_rel, bad, ok))
+                                          c.max_abs, c.max_rel, c.mismatches, c.ok))
         if batch == batch_sizes[min(1, len(batch_sizes) - 1)]:
             via_name = SERVING_SIGNATURE + " via tf.Example"
             try:
@@ -590,9 +572,9 @@ def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],
                                       [str(g.dtype) for g in got], e))
                 continue
             for name, g, v in zip(output_names, got, via, strict=True):
-                max_abs, max_rel, bad, ok = _compare(g, v, atol, rtol)
-                checks.append(OutputCheck(batch, name, via_name, str(g.dtype), max_abs,
-                                          max_rel, bad, ok))
+                c = compare.compare(g, v, atol, rtol)
+                checks.append(OutputCheck(batch, name, via_name, str(g.dtype), c.max_abs,
+                                          c.max_rel, c.mismatches, c.ok))
     return checks
 
 

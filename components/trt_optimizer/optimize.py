@@ -52,6 +52,7 @@ from tfx_bridge import child, compare, layout, savedmodel
 from tfx_bridge.components.trt_optimizer import tflite
 from tfx_bridge.components.trt_optimizer.detect import Probe
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError, OptimizerError
+from tfx_bridge.errors import short_message
 from tfx_bridge.savedmodel import (
     EXAMPLE_SIGNATURE,
     SERVING_SIGNATURE,
@@ -419,7 +420,7 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
                                           rtol, topk_threshold)
                 folders[name], servables[name] = out, candidate
             except Exception as e:  # a candidate that does not build is reported, not fatal
-                result.error = _short_error(e)
+                result.error = short_message(e)
             results.append(result)
         by_name = {r.name: r for r in results}
         for b in batches:
@@ -443,14 +444,6 @@ def optimize(model_path: str, output_dir: str, precision: str = "fp32",
     return OptimizeResult(blessed, chosen.backend, precision if chosen.backend ==
                           BACKEND_TENSORRT else "fp32", chosen.backend == BACKEND_TENSORRT,
                           chosen.serving_flags, report)
-
-
-def _short_error(e: Exception) -> str:
-    """The informative line of a TF error (the first is often 'Graph execution error:')."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    useful = [ln for ln in lines if not ln.startswith(("Graph execution error", "Detected at",
-                                                          "File ", "  ", "<stack traces"))]
-    return f"{type(e).__name__}: {(useful or lines or [''])[0][:300]}"
 
 
 def choose(results: List[CandidateResult], trt: bool) -> CandidateResult:
