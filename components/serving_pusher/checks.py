@@ -100,7 +100,8 @@ def check_tflite(inspected: dict, saved_model_sig: dict) -> None:
                           f"with {TFLITE_FLAG} would fail to load it; rebuild it.")
 
 
-def check_target(target: str, requires_gpu: bool, serving_flags: Sequence[str]) -> None:
+def check_target(target: str, serving_flags: Sequence[str] = ()) -> None:
+    """Configuration the pusher cannot act on: an unknown target or server flag."""
     if target not in TARGETS:
         raise PusherConfigError(f"target {target!r}: use one of {TARGETS}.")
     unknown = sorted(set(serving_flags) - set(SERVER_FLAGS))
@@ -109,6 +110,10 @@ def check_target(target: str, requires_gpu: bool, serving_flags: Sequence[str]) 
             f"The model needs TF Serving flags {unknown}, which ServingPusher does not know "
             f"how to configure (known: {list(SERVER_FLAGS)}). Serve it with a hand-written "
             "server config.")
+
+
+def check_runs_on(target: str, requires_gpu: bool) -> None:
+    """A model the target's servers cannot run is refused (a recorded result)."""
     if requires_gpu and target == "cpu":
         raise PushRefused(
             "The model needs a GPU (TensorRT engines); TF Serving's CPU image has no "

@@ -51,6 +51,7 @@ from tfx_bridge.components.serving_pusher.base_layout import (  # noqa: F401  (r
 )
 from tfx_bridge.components.serving_pusher.checks import (  # noqa: F401  (re-exported)
     INSPECT_MODULE,
+    check_runs_on,
     check_target,
     check_tflite,
     contract_changes,
@@ -142,8 +143,7 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
     # a push either completes (version, state, labels, configs) or changes nothing.
     if keep_versions < 1:
         raise PusherConfigError(f"keep_versions must be >= 1, got {keep_versions}.")
-    if target not in TARGETS:
-        raise PusherConfigError(f"target {target!r}: use one of {TARGETS}.")
+    check_target(target, serving_flags)
     batching_text(target, batching_overrides)
     if examples_dir is not None and not os.path.isdir(examples_dir):
         raise PusherConfigError(
@@ -164,7 +164,7 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
                           + "; ".join(links) + ". Copy the real files into the model folder; "
                           "nothing pushed", {})
     try:
-        check_target(target, requires_gpu, serving_flags)
+        check_runs_on(target, requires_gpu)
         new_sig = serving_signature(saved_model_dir)
         model_root = os.path.join(base_path, model_name)
         state = State.load(model_root)
@@ -238,8 +238,7 @@ def rollback(base_path: str, model_name: str, to_version: int,
             f"{model_root}); check --base-path and --model-name. Nothing was changed.")
     state = State.load(model_root)
     target = target or state.target or "cpu"
-    if target not in TARGETS:
-        raise PusherConfigError(f"target {target!r}: use one of {TARGETS}.")
+    check_target(target)
     set_label(base_path, model_name, "stable", to_version)
     with push_lock(model_root):
         write_configs(base_path, target, state.batching, server_base_path)
