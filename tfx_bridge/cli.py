@@ -18,6 +18,8 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional
 
+from tfx_bridge import staging
+
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -45,6 +47,13 @@ def _quiet_libraries() -> None:
 
 PIPELINE_LOG = "pipeline.log"
 LIBRARY_LOG = "library.log"
+
+# Top-level entries each verb writes under --output (tfx_bridge.staging refuses
+# an output holding anything else, and replaces these only after a run succeeds).
+INGEST_WRITES = ("Split-*", "source_schema.json")
+VALIDATE_WRITES = ("Split-*", "findings.json", "report.md", "report.html")
+IMPORT_WRITES = ("Format-Serving", "report.json", "report.md")
+OPTIMIZE_WRITES = ("Format-Serving", "report.json", "report.md", "latency.png", LIBRARY_LOG)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -136,7 +145,8 @@ def cmd_ingest(args: argparse.Namespace) -> Dict[str, Any]:
     progress(f"Planned {plan.num_rows} rows in {len(plan.files)} file(s), "
              f"{len(plan.units)} row group(s), {len(plan.columns)} column(s)")
     start = time.monotonic()
-    counts = core.ingest(plan, args.output, _direct_pipeline_factory(args.workers))
+    with staging.staged_output(args.output, INGEST_WRITES, "ingest") as stage:
+        counts = core.ingest(plan, stage, _direct_pipeline_factory(args.workers))
     seconds = time.monotonic() - start
     progress(f"Wrote {sum(counts.values())} tf.Examples to {args.output}")
     for name, n in counts.items():
@@ -171,14 +181,16 @@ def cmd_validate(args: argparse.Namespace) -> Dict[str, Any]:
         from_file = contracts.load_contract_file(args.contract)
         consumer = from_file if consumer is None else consumer.merged(from_file)
     config = guard.GuardConfig(guard.expectations_from_schema(schema),
-                               consumer.features if consumer is not None else ())
+                               consumer.features if consumer is not None else (),
+                               max_record_bytes=args.max_record_mb << 20)
     splits = guard.list_splits(args.examples)
     progress(f"Checking splits {splits} of {args.examples} against {len(config.expectations)} "
              f"schema features and {len(config.consumer)} consumer features")
     findings = guard.scan_examples(args.examples, config, splits)
     context = {"examples": os.path.abspath(args.examples), "schema": args.schema,
                "consumer": consumer.origin if consumer is not None else "none"}
-    summary = report.write_reports(args.output, findings, splits, schema, context)
+    with staging.staged_output(args.output, VALIDATE_WRITES, "validate") as stage:
+        summary = report.write_reports(stage, findings, splits, schema, context)
     progress(f"Checked {sum(findings.records.values())} records: "
              f"{summary['findings']} finding(s)")
     lines = report.summary_lines(findings)
@@ -218,19 +230,22 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
         from tfx_bridge import schema_file
         schema = schema_file.load_schema(args.schema, ImporterConfigError)
     progress = Progress(2, enabled=not args.quiet)
-    result = convert.import_model(source, inputs, outputs, args.output, opset=args.opset,
-                                  atol=args.atol, rtol=args.rtol, examples_dir=args.examples,
-                                  schema=schema, graph_rewrites=not args.no_graph_rewrites)
+    with staging.staged_output(args.output, IMPORT_WRITES, "import-model") as stage:
+        result = convert.import_model(source, inputs, outputs, stage, opset=args.opset,
+                                      atol=args.atol, rtol=args.rtol,
+                                      examples_dir=args.examples, schema=schema,
+                                      graph_rewrites=not args.no_graph_rewrites)
+    serving_dir = staging.final_path(result.serving_dir, stage, args.output)
     progress(f"Exported, converted and checked {source.kind} {source.path} in "
              f"{sum(result.report['seconds'].values()):.1f}s")
     print(convert.check_table(result.report["checks"]))
     verdict = "equivalent: blessed" if result.blessed else "NOT equivalent: not blessed"
-    print(f"{verdict}. SavedModel: {result.serving_dir}")
+    print(f"{verdict}. SavedModel: {serving_dir}")
     for applied in result.report["rewrites"]:
         print(f"Rewrite applied: {applied['kind']} ({len(applied['nodes'])} place(s)): "
               f"{applied['why']}")
     progress("Done")
-    return {"blessed": result.blessed, "serving_dir": os.path.abspath(result.serving_dir),
+    return {"blessed": result.blessed, "serving_dir": os.path.abspath(serving_dir),
             "max_abs_error": result.report["max_abs_error"],
             "rewrites": [r["kind"] for r in result.report["rewrites"]],
             "seconds": result.report["seconds"], "outputs": outputs,
@@ -249,13 +264,15 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
                              else f"not used ({found.why_not()})"))
     # XLA and TFLite's converter log from C++ straight to fd 2 (I0000 lines): they go
     # to <output>/library.log unless --debug.
-    with _library_logs(args.output, args.debug, LIBRARY_LOG) as logs:
-        result = optimize.optimize(args.model, args.output, precision=args.precision,
+    with staging.staged_output(args.output, OPTIMIZE_WRITES, "optimize") as stage, \
+            _library_logs(stage, args.debug, LIBRARY_LOG) as logs:
+        result = optimize.optimize(args.model, stage, precision=args.precision,
                                    examples_dir=args.examples, atol=args.atol,
                                    topk_threshold=args.topk_threshold,
                                    iterations=args.iterations, probe=found,
                                    candidates=args.candidates.split(",") if args.candidates
                                    else None)
+    logs = logs.replace(stage, args.output)
     progress(f"Measured {len(result.report['candidates'])} candidate(s); kept "
              f"{result.report['candidate']} (backend {result.backend})" + logs)
     with open(os.path.join(args.output, optimize.REPORT_MD)) as f:
@@ -481,6 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="SavedModel (or Model artifact) whose serving_default is the "
                           "consumer contract")
     validate.add_argument("--contract", default=None, help="contract file (YAML), see schemas/")
+    validate.add_argument("--max-record-mb", type=_positive_int, default=64,
+                          help="refuse a record larger than this (default 64)")
     validate.add_argument("--output", required=True,
                           help="folder for Split-*/SchemaDiff.pb and the reports")
     _add_common(validate)

@@ -11,6 +11,7 @@ from typing import Dict, Optional, Sequence, Type
 
 import numpy as np
 
+from tfx_bridge import tfrecord
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.tensorspec import TensorSpec
 
@@ -50,15 +51,24 @@ def inputs_from_examples(examples_dir: str, inputs: Sequence[TensorSpec], count:
                          ) -> Optional[Dict[str, np.ndarray]]:
     """Up to ``count`` rows of real inputs parsed from an Examples folder (None if empty)."""
     import tensorflow as tf
+    from google.protobuf.message import DecodeError
 
     files = sorted(tf.io.gfile.glob(os.path.join(examples_dir, "Split-*", "*")))
-    if not files:
+    records: list = []
+    for path in files:  # checked headers: a forged length is a refusal, not a crash
+        for batch in tfrecord.read_batches(path, count, error=error,
+                                           limit=count - len(records)):
+            records.extend(batch.records)
+        if len(records) >= count:
+            break
+    if not records:
         return None
-    ds = tf.data.TFRecordDataset(files, compression_type="GZIP").take(count).batch(count)
-    serialized = next(iter(ds), None)
-    if serialized is None:
-        return None
-    present = set(tf.train.Example.FromString(serialized[0].numpy()).features.feature)
+    serialized = tf.constant(records)
+    try:
+        present = set(tf.train.Example.FromString(records[0]).features.feature)
+    except DecodeError as e:
+        raise error(f"The first record in {examples_dir} is not a tf.Example ({e}). Give Examples "
+                    "as ExampleGen writes them.") from e
     missing = [s.name for s in inputs if s.name not in present]
     if missing:
         raise error(
@@ -69,8 +79,16 @@ def inputs_from_examples(examples_dir: str, inputs: Sequence[TensorSpec], count:
         parsed = parse_examples(serialized, inputs, error)
     except tf.errors.InvalidArgumentError as e:
         raise error(f"The Examples at {examples_dir} do not parse as the model's inputs "
-                    f"({', '.join(s.to_text() for s in inputs)}): {e.message}") from e
+                    f"({', '.join(s.to_text() for s in inputs)}): {_tf_message(e)}") from e
     return {spec.name: parsed[spec.name].numpy() for spec in inputs}
+
+
+def _tf_message(e) -> str:
+    """TF's error text without its ``{{function_node ...}}`` prefix and op suffix."""
+    import re
+
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", e.message)
+    return re.sub(r"\s*\[Op:\w+\]\s*$", "", text).strip()
 
 
 def tile_rows(rows: Dict[str, np.ndarray], batch: int, start: int = 0

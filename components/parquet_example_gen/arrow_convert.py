@@ -172,9 +172,21 @@ def read_batches(unit: ReadUnit, columns: Sequence[str],
     first = unit.first_row
     try:
         with open_parquet(unit.path) as f:
-            pf = pq.ParquetFile(f)
-            for batch in pf.iter_batches(batch_size=batch_size, row_groups=[unit.row_group],
-                                         columns=list(columns), use_threads=False):
+            # No pre-buffering: a column chunk is read page by page, not held whole
+            # beside its decoded copy (peak memory on huge strings).
+            pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20)
+            if unit.num_rows <= batch_size:
+                # One batch: read it whole, so the reader's decoded pages are freed
+                # before conversion starts (iter_batches keeps them while it iterates,
+                # twice the data of a row group holding a huge string).
+                table = pf.read_row_group(unit.row_group, columns=list(columns),
+                                          use_threads=False)
+                batches = table.combine_chunks().to_batches()
+                del table
+            else:
+                batches = pf.iter_batches(batch_size=batch_size, row_groups=[unit.row_group],
+                                          columns=list(columns), use_threads=False)
+            for batch in batches:
                 yield first, batch
                 first += batch.num_rows
     except (OSError, pa.ArrowException) as e:

@@ -85,9 +85,9 @@ def convert_unit(unit: ReadUnit, plan: IngestPlan) -> Iterator[Tuple[str, List[b
     shown = relative_path(unit.path, plan.input_base)
     for first_row, batch in read_batches(unit, names, plan.batch_size, plan.input_base):
         converted = convert_batch(batch, plan.columns, shown, first_row)
-        records = encode_batch(converted)
+        del batch
         if bounds is None:
-            yield unit.input_split, records
+            yield unit.input_split, encode_batch(converted)
             continue
         if pcol is not None:
             key_col = converted.column(names.index(pcol.name))
@@ -100,9 +100,14 @@ def convert_unit(unit: ReadUnit, plan: IngestPlan) -> Iterator[Tuple[str, List[b
             hashes = row_hashes(converted, [pcol.name])
         else:
             hashes = row_hashes(converted, names)
+        # Hashed before encoding, so the hash's temporaries and the records
+        # are not held at once.
         split_index = np.searchsorted(bounds, bucket_of(hashes, int(bounds[-1])), side="right")
+        records = encode_batch(converted)
+        del converted
         as_objects = np.empty(len(records), dtype=object)
         as_objects[:] = records
+        del records
         for i, (name, _) in enumerate(splits.output_splits):
             chosen = np.flatnonzero(split_index == i)
             if len(chosen):

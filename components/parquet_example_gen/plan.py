@@ -185,7 +185,23 @@ def match_files(input_base: str, pattern: str) -> List[str]:
         raise ParquetInputError(
             f"No file matches {pattern!r} under {input_base!r}. Check the split pattern: a "
             "glob relative to the input base, e.g. '*.parquet' or 'span-1/*.parquet'.")
+    special = [f for f in files if not _is_remote(f) and not _is_regular(f)]
+    if special:
+        # A FIFO would block the footer read forever; a device could stream without end.
+        raise ParquetInputError(
+            f"Not regular files: {[relative_path(f, input_base) for f in special]} (a FIFO, "
+            f"socket or device matched {pattern!r}). Give Parquet files, or narrow the pattern.")
     return files
+
+
+def _is_regular(path: str) -> bool:
+    """A local path is a regular file (following links): the one local-only check."""
+    import stat
+
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def open_parquet(path: str):

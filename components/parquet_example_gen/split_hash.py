@@ -19,6 +19,8 @@ import pyarrow as pa
 
 _U64 = np.uint64
 _GOLDEN = _U64(0x9E3779B97F4A7C15)
+# String bytes hashed per step: bounds the temporaries (about 45 bytes per byte).
+_BYTES_PER_CHUNK = 1 << 20
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -55,6 +57,33 @@ def _raw_offsets(arr: pa.Array) -> np.ndarray:
     return raw[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
 
 
+def _binary_hashes(raw: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """One uint64 per binary value from its bytes (``raw``) and ``offsets`` (from 0).
+
+    Each byte's hash depends on its value and its position in its value; a
+    value's hash is the sum of its bytes' hashes. The bytes are taken in
+    chunks, so the temporaries are bounded by the chunk, not by the longest
+    string (whole-array temporaries took about 45 bytes per string byte).
+    """
+    sums = np.zeros(len(offsets) - 1, dtype=np.uint64)
+    total = int(offsets[-1])
+    for a in range(0, total, _BYTES_PER_CHUNK):
+        b = min(a + _BYTES_PER_CHUNK, total)
+        # Values overlapping [a, b): first..last, their parts inside the chunk.
+        first = int(np.searchsorted(offsets, a, side="right")) - 1
+        last = int(np.searchsorted(offsets, b, side="left"))
+        starts = offsets[first:last]
+        ends = offsets[first + 1:last + 1]
+        lo = np.maximum(starts, a)
+        part = np.minimum(ends, b) - lo
+        pos = np.arange(a, b, dtype=np.int64) - np.repeat(starts, part)
+        per_byte = _mix64(_mix64(raw[a:b].astype(np.uint64) + _GOLDEN)
+                          ^ (pos.astype(np.uint64) * _GOLDEN))
+        nonempty = part > 0
+        sums[first:last][nonempty] += np.add.reduceat(per_byte, (lo - a)[nonempty])
+    return _mix64(sums + np.diff(offsets).astype(np.uint64))
+
+
 def _value_hashes(values: pa.Array) -> np.ndarray:
     """One uint64 per int64 / float32 (by bits) / binary value."""
     if pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type):
@@ -62,9 +91,7 @@ def _value_hashes(values: pa.Array) -> np.ndarray:
         data = values.buffers()[2]
         raw = (np.frombuffer(data, dtype=np.uint8)[stored[0]:stored[-1]]
                if data is not None else np.zeros(0, np.uint8))
-        offsets = stored - stored[0]
-        per_byte = _positional(_mix64(raw.astype(np.uint64) + _GOLDEN), offsets)
-        return _mix64(_segment_sums(per_byte, offsets) + np.diff(offsets).astype(np.uint64))
+        return _binary_hashes(raw, stored - stored[0])
     numbers = values.to_numpy(zero_copy_only=False)
     bits = numbers.view(np.uint32 if numbers.dtype == np.float32 else np.uint64)
     return _mix64(bits.astype(np.uint64) + _GOLDEN)

@@ -53,13 +53,36 @@ def tfrecord_frames(records: Sequence[bytes]) -> bytes:
     Each record is ``len | masked_crc(len) | data | masked_crc(data)``; the
     crcs are computed in C per record and masked with numpy for the batch.
     """
+    return b"".join(_framed_parts(records))
+
+
+# Records at least this long are written on their own, not joined into one
+# buffer with their batch: a 50 MB string would otherwise be held twice more.
+_LARGE_RECORD = 1 << 20
+
+
+def _framed_parts(records: Sequence[bytes]):
     n = len(records)
     crcs = np.fromiter(map(_CRC32C, records), dtype=np.uint32, count=n)
     masked = (((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + np.uint32(0xA282EAD8))
     trailer = masked.astype("<u4").tobytes()
     headers = [_header(len(r)) for r in records]
     trailers = [trailer[i:i + 4] for i in range(0, 4 * n, 4)]
-    return b"".join(itertools.chain.from_iterable(zip(headers, records, trailers, strict=True)))
+    return itertools.chain.from_iterable(zip(headers, records, trailers, strict=True))
+
+
+def write_frames(file_handle, records: Sequence[bytes]) -> None:
+    """Writes ``records`` framed, in runs of small records joined and large ones alone."""
+    start = 0
+    for i, r in enumerate(records):
+        if len(r) >= _LARGE_RECORD:
+            if start < i:
+                file_handle.write(tfrecord_frames(records[start:i]))
+            for part in _framed_parts([r]):
+                file_handle.write(part)
+            start = i + 1
+    if start < len(records):
+        file_handle.write(tfrecord_frames(records[start:]))
 
 
 class BatchedTFRecordSink(filebasedsink.FileBasedSink):
@@ -74,6 +97,6 @@ class BatchedTFRecordSink(filebasedsink.FileBasedSink):
                          compression_type=CompressionTypes.GZIP)
 
     def write_record(self, file_handle, value: List[bytes]):
-        file_handle.write(tfrecord_frames(value))
+        write_frames(file_handle, value)
 
 

@@ -21,6 +21,7 @@ FAIL_ON_ANOMALIES_KEY = executor.FAIL_ON_ANOMALIES_KEY
 EXCLUDE_SPLITS_KEY = executor.EXCLUDE_SPLITS_KEY
 CHECK_UNKNOWN_FEATURES_KEY = executor.CHECK_UNKNOWN_FEATURES_KEY
 BATCH_SIZE_KEY = executor.BATCH_SIZE_KEY
+MAX_RECORD_BYTES_KEY = executor.MAX_RECORD_BYTES_KEY
 BLESSED_PROPERTY = executor.BLESSED_PROPERTY
 
 
@@ -33,6 +34,7 @@ class SchemaGuardSpec(component_spec.ComponentSpec):
         EXCLUDE_SPLITS_KEY: ExecutionParameter(type=str, optional=True),
         CHECK_UNKNOWN_FEATURES_KEY: ExecutionParameter(type=int, optional=True),
         BATCH_SIZE_KEY: ExecutionParameter(type=int, optional=True),
+        MAX_RECORD_BYTES_KEY: ExecutionParameter(type=int, optional=True),
     }
     INPUTS = {
         EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
@@ -79,7 +81,8 @@ class SchemaGuard(base_beam_component.BaseBeamComponent):
 
     def __init__(self, examples, schema, model=None, contract_path: Optional[str] = None,
                  fail_on_anomalies: bool = True, exclude_splits: Optional[Sequence[str]] = None,
-                 check_unknown_features: bool = True, batch_size: Optional[int] = None):
+                 check_unknown_features: bool = True, batch_size: Optional[int] = None,
+                 max_record_bytes: Optional[int] = None):
         """Builds the component.
 
         Args:
@@ -93,6 +96,8 @@ class SchemaGuard(base_beam_component.BaseBeamComponent):
           exclude_splits: split names not to check.
           check_unknown_features: report features the schema lacks.
           batch_size: records per decoded batch.
+          max_record_bytes: a record whose header claims more is refused with
+            its file and offset (default 64 MiB; records are untrusted input).
         """
         if (contract_path is not None and "://" not in contract_path
                 and not os.path.isabs(contract_path)):
@@ -107,9 +112,11 @@ class SchemaGuard(base_beam_component.BaseBeamComponent):
             raise SchemaGuardConfigError(
                 f"SchemaGuard: exclude_splits must be a list of split names, got "
                 f"{exclude_splits!r}.")
-        if batch_size is not None and (not isinstance(batch_size, int) or batch_size <= 0):
-            raise SchemaGuardConfigError(
-                f"SchemaGuard: batch_size must be a positive int, got {batch_size!r}.")
+        for key, value in ((BATCH_SIZE_KEY, batch_size), (MAX_RECORD_BYTES_KEY, max_record_bytes)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or value <= 0):
+                raise SchemaGuardConfigError(
+                    f"SchemaGuard: {key} must be a positive int, got {value!r}.")
         spec = SchemaGuardSpec(
             examples=examples, schema=schema, model=model,
             contract_path=contract_path,
@@ -117,5 +124,6 @@ class SchemaGuard(base_beam_component.BaseBeamComponent):
             exclude_splits=None if exclude_splits is None else json.dumps(list(exclude_splits)),
             check_unknown_features=int(bool(check_unknown_features)),
             batch_size=batch_size,
+            max_record_bytes=max_record_bytes,
             anomalies=channel.Channel(type=standard_artifacts.ExampleAnomalies))
         super().__init__(spec=spec)

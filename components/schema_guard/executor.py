@@ -12,7 +12,7 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_bridge import properties
+from tfx_bridge import properties, tfrecord
 from tfx_bridge.components.schema_guard import contract as contracts
 from tfx_bridge.components.schema_guard import guard, report
 from tfx_bridge.components.schema_guard.errors import AnomaliesFound
@@ -26,6 +26,7 @@ FAIL_ON_ANOMALIES_KEY = "fail_on_anomalies"
 EXCLUDE_SPLITS_KEY = "exclude_splits"
 CHECK_UNKNOWN_FEATURES_KEY = "check_unknown_features"
 BATCH_SIZE_KEY = "batch_size"
+MAX_RECORD_BYTES_KEY = "max_record_bytes"
 # Custom properties on the ExampleAnomalies artifact.
 BLESSED_PROPERTY = properties.BLESSED
 FINDINGS_PROPERTY = "findings"
@@ -86,12 +87,15 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             from_file = contracts.load_contract_file(exec_properties[CONTRACT_PATH_KEY])
             consumer = from_file if consumer is None else consumer.merged(from_file)
         batch_size = exec_properties.get(BATCH_SIZE_KEY)
+        max_record = exec_properties.get(MAX_RECORD_BYTES_KEY)
         check_unknown = exec_properties.get(CHECK_UNKNOWN_FEATURES_KEY)
         config = guard.GuardConfig(
             guard.expectations_from_schema(schema),
             consumer.features if consumer is not None else (),
             batch_size=guard.DEFAULT_BATCH_SIZE if batch_size is None else int(batch_size),
-            check_unknown_features=True if check_unknown is None else bool(check_unknown))
+            check_unknown_features=True if check_unknown is None else bool(check_unknown),
+            max_record_bytes=(tfrecord.DEFAULT_MAX_RECORD_BYTES if max_record is None
+                              else int(max_record)))
 
         excluded = json.loads(exec_properties.get(EXCLUDE_SPLITS_KEY) or "[]")
         splits = [s for s in artifact_utils.decode_split_names(examples.split_names)

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfx_bridge import layout, schema_file
+from tfx_bridge import layout, schema_file, tfrecord
 from tfx_bridge.components.schema_guard.contract import (
     ARROW_INT_RANGES,
     DTYPES,
@@ -231,6 +231,8 @@ class GuardConfig:
     consumer: Tuple[ConsumerFeature, ...] = ()
     batch_size: int = DEFAULT_BATCH_SIZE
     check_unknown_features: bool = True
+    # A record header claiming more is refused before anything is allocated.
+    max_record_bytes: int = tfrecord.DEFAULT_MAX_RECORD_BYTES
 
 
 # --------------------------------------------------------------------------- reading
@@ -261,22 +263,19 @@ def list_splits(examples_dir: str) -> List[str]:
     return splits
 
 
-def read_record_batches(path: str, batch_size: int) -> Iterator[Tuple[int, List[bytes]]]:
-    """(index of the first record in the file, serialized records) per batch."""
-    import tensorflow as tf
+def read_record_batches(path: str, batch_size: int,
+                        max_record_bytes: int = tfrecord.DEFAULT_MAX_RECORD_BYTES,
+                        shown: Optional[str] = None) -> Iterator[Tuple[int, List[bytes]]]:
+    """(index of the first record in the file, serialized records) per batch.
 
-    compression = "GZIP" if path.endswith(".gz") else ""
-    ds = tf.data.TFRecordDataset(path, compression_type=compression).batch(batch_size)
-    first = 0
-    try:
-        for batch in ds.as_numpy_iterator():
-            records = batch.tolist()
-            yield first, records
-            first += len(records)
-    except tf.errors.OpError as e:
-        raise SchemaGuardInputError(
-            f"{os.path.basename(path)} (after record {first}): cannot read TFRecords "
-            f"({e.message.splitlines()[0]}). The file is corrupt or not gzip TFRecords.") from e
+    Read with tfx_bridge.tfrecord, which checks every header and record before
+    trusting a length: a forged header is a refusal naming file and offset, not
+    a crash in TF's reader.
+    """
+    for batch in tfrecord.read_batches(path, batch_size, max_record_bytes=max_record_bytes,
+                                       error=SchemaGuardInputError,
+                                       shown=shown or os.path.basename(path)):
+        yield batch.first, batch.records
 
 
 # --------------------------------------------------------------------------- decoding
@@ -348,7 +347,7 @@ class _Decoder:
             except RuntimeError as e:
                 m = _WRONG_TYPE.search(str(e))
                 if not m:
-                    raise
+                    raise NotExamples(self._unparseable(batch, index), str(e)) from e
                 kinds = _wire_kinds(batch, m.group(2))
             # Records without the feature join the largest group.
             values, counts = np.unique(kinds[kinds != ""].astype(str), return_counts=True)
@@ -357,6 +356,25 @@ class _Decoder:
             for kind in values:
                 pending.append(index[kinds == kind])
         return out
+
+    def _unparseable(self, batch: List[bytes], index: np.ndarray) -> List[int]:
+        """Indices (into the caller's records) of the records that are not tf.Examples."""
+        bad = []
+        for i, record in zip(index, batch, strict=True):
+            try:
+                self._decoder.DecodeBatch([record])
+            except RuntimeError as e:
+                if not _WRONG_TYPE.search(str(e)):
+                    bad.append(int(i))
+        return bad
+
+
+class NotExamples(Exception):
+    """Records of a batch that do not parse as tf.Example (indices into the batch)."""
+
+    def __init__(self, indices: List[int], message: str):
+        super().__init__(message)
+        self.indices = indices
 
 
 # --------------------------------------------------------------------------- checks
@@ -555,20 +573,34 @@ def scan_file(path: str, split: str, config: GuardConfig, shown_name: Optional[s
         return local.decoder.decode(records)
 
     total = 0
+    not_examples: List[int] = []
+    why: List[str] = []
     with ThreadPoolExecutor(max_workers=threads) as pool:
         window: List = []
 
         def drain(keep: int) -> None:
             while len(window) > keep:
                 first, future = window.pop(0)
-                for rb, index in future.result():
+                try:
+                    groups = future.result()
+                except NotExamples as e:  # gathered for the whole file, refused after it
+                    not_examples.extend(first + i for i in e.indices)
+                    why.append(str(e))
+                    continue
+                for rb, index in groups:
                     checker.check(rb, first, index)
 
-        for first, records in read_record_batches(path, config.batch_size):
+        for first, records in read_record_batches(path, config.batch_size,
+                                                  config.max_record_bytes, name):
             total += len(records)
             window.append((first, pool.submit(decode, records)))
             drain(2 * threads)
         drain(0)
+    if not_examples:
+        raise SchemaGuardInputError(
+            f"{name}: {len(not_examples)} record(s) are not tf.Examples (record index(es) "
+            f"{not_examples[:5]}{' ...' if len(not_examples) > 5 else ''}; {why[0]}). Give "
+            "Examples as ExampleGen writes them: TFRecords of serialized tf.train.Example.")
     findings.records[split] = findings.records.get(split, 0) + total
     return findings
 

@@ -333,8 +333,39 @@ def test_scan_corrupt_records_file_refused(tmp_path):
     folder = tmp_path / "ex" / "Split-train"
     folder.mkdir(parents=True)
     (folder / "data.gz").write_bytes(b"not gzip at all")
-    with pytest.raises(SchemaGuardInputError, match=r"data\.gz .*cannot read TFRecords"):
+    with pytest.raises(SchemaGuardInputError, match=r"data\.gz, record 0 at byte 0: the first "
+                       r"record header fails its checksum: not a TFRecord file"):
         guard.scan_examples(str(tmp_path / "ex"), config(None))
+
+
+def test_scan_forged_record_length_refused_not_allocated(tmp_path):
+    # The 76-byte file whose header claims a terabyte crashed TF's reader (SIGSEGV).
+    import struct
+
+    from tfx_bridge import tfrecord
+
+    head = struct.pack("<Q", 1 << 40)
+    forged = head + struct.pack("<I", tfrecord.masked_crc(head)) + b"\0" * 64
+    folder = tmp_path / "ex" / "Split-train"
+    folder.mkdir(parents=True)
+    (folder / "data").write_bytes(forged)
+    with pytest.raises(SchemaGuardInputError, match=r"data, record 0 at byte 0: the record "
+                       r"claims 1099511627776 bytes, over the limit of 1048576 bytes"):
+        guard.scan_examples(str(tmp_path / "ex"), config(None, max_record_bytes=1 << 20))
+
+
+def test_scan_records_not_examples_located(tmp_path):
+    examples = str(tmp_path / "examples")
+    write_split(examples, clean_rows(), files=1)
+    path = os.path.join(examples, "Split-train", "data_tfrecord-00000-of-00001.gz")
+    records = [r.numpy() for r in tf.data.TFRecordDataset(path, "GZIP")]
+    records[70] = records[200] = b"\xff\xfe not a proto"
+    with tf.io.TFRecordWriter(path, options="GZIP") as w:
+        for r in records:
+            w.write(r)
+    with pytest.raises(SchemaGuardInputError, match=r"data_tfrecord-00000-of-00001\.gz: 2 "
+                       r"record\(s\) are not tf\.Examples \(record index\(es\) \[70, 200\];"):
+        guard.scan_examples(examples, config(CONTRACT, batch_size=64))
 
 
 def test_contract_yaml_alias_bomb_refused_before_it_expands(tmp_path):

@@ -1,0 +1,110 @@
+"""tfx_bridge.tfrecord: untrusted record files are refused with file and offset, never crash."""
+from __future__ import annotations
+
+import gzip
+import struct
+
+import pytest
+import tensorflow as tf
+
+from tfx_bridge import tfrecord
+from tfx_bridge.errors import BridgeError
+
+
+def _write(path, records, compression=""):
+    with tf.io.TFRecordWriter(str(path), compression) as w:
+        for r in records:
+            w.write(r)
+    return str(path)
+
+
+def _frame(data: bytes, length=None) -> bytes:
+    """One record framed by hand; ``length`` forges the header (with a valid CRC)."""
+    head = struct.pack("<Q", len(data) if length is None else length)
+    return (head + struct.pack("<I", tfrecord.masked_crc(head)) + data
+            + struct.pack("<I", tfrecord.masked_crc(data)))
+
+
+def _all(path, **kw):
+    return [r for b in tfrecord.read_batches(path, **kw) for r in b.records]
+
+
+@pytest.mark.parametrize("compression", ["", "GZIP"])
+def test_read_batches_matches_tf_reader(tmp_path, compression):
+    records = [bytes([i % 256]) * (i * 37 % 3000) for i in range(500)]
+    path = _write(tmp_path / "r", records, compression)
+    batches = list(tfrecord.read_batches(path, batch_size=64))
+    assert [b.first for b in batches] == list(range(0, 500, 64))
+    assert [r for b in batches for r in b.records] == records
+    assert _all(path, limit=7) == records[:7]
+
+
+def test_read_batches_concatenated_gzip_members_read_whole(tmp_path):
+    path = tmp_path / "two.gz"
+    path.write_bytes(gzip.compress(_frame(b"a")) + gzip.compress(_frame(b"bc")))
+    assert _all(str(path)) == [b"a", b"bc"]
+
+
+def test_read_batches_forged_terabyte_header_refused_with_offset(tmp_path):
+    # 76 bytes: one good record, then a header (valid CRC) claiming a terabyte.
+    path = tmp_path / "forged.tfrecord"
+    good = _frame(b"x" * 40)
+    path.write_bytes(good + _frame(b"", length=1 << 40)[:12] + b"\0" * (76 - len(good) - 12))
+    assert path.stat().st_size == 76
+    with pytest.raises(BridgeError, match=rf"forged\.tfrecord, record 1 at byte {len(good)}: "
+                       r"the record claims 1099511627776 bytes, over the limit"):
+        _all(str(path))
+
+
+def test_read_batches_length_past_end_of_file_refused(tmp_path):
+    path = tmp_path / "short.tfrecord"
+    path.write_bytes(_frame(b"y" * 100, length=5000))  # 116 bytes
+    with pytest.raises(BridgeError, match=r"record 0 at byte 0: the record claims 5000 bytes "
+                       r"but the file has 104 left"):
+        _all(str(path))
+
+
+def test_read_batches_gzip_record_over_limit_refused_before_reading(tmp_path):
+    path = _write(tmp_path / "big.gz", [b"s" * 10, b"b" * 5000], "GZIP")
+    with pytest.raises(BridgeError, match=r"record 1 at byte 26: the record claims 5000 bytes, "
+                       r"over the limit of 4096 bytes.*raise the limit"):
+        _all(path, max_record_bytes=4096)
+
+
+def test_read_batches_not_tfrecords_refused(tmp_path):
+    plain = tmp_path / "notes.txt"
+    plain.write_bytes(b"just some text that is long enough to hold a header")
+    with pytest.raises(BridgeError, match=r"notes\.txt, record 0 at byte 0: the first record "
+                       r"header fails its checksum: not a TFRecord file"):
+        _all(str(plain))
+    zipped = tmp_path / "notes.gz"
+    zipped.write_bytes(gzip.compress(plain.read_bytes()))
+    with pytest.raises(BridgeError, match=r"gzip data that is not TFRecords"):
+        _all(str(zipped))
+    broken = tmp_path / "broken.gz"
+    broken.write_bytes(b"\x1f\x8b" + b"\0" * 30)
+    with pytest.raises(BridgeError, match=r"broken\.gz: gzip data is corrupt"):
+        _all(str(broken))
+
+
+def test_read_batches_flipped_data_byte_refused(tmp_path):
+    raw = bytearray(_frame(b"hello") + _frame(b"world"))
+    raw[12 + 5 + 4 + 12 + 1] ^= 1  # a byte of the second record's data
+    path = tmp_path / "flip.tfrecord"
+    path.write_bytes(bytes(raw))
+    with pytest.raises(BridgeError, match=r"record 1 at byte 21: the record's data fails its "
+                       r"checksum"):
+        _all(str(path))
+
+
+def test_read_batches_truncated_inside_record_refused(tmp_path):
+    path = tmp_path / "cut.gz"
+    path.write_bytes(gzip.compress(_frame(b"z" * 300)[:100]))
+    with pytest.raises(BridgeError, match=r"record 0 at byte 0: the file ends inside the record"):
+        _all(str(path))
+
+
+def test_read_batches_bytes_per_batch_bounded(tmp_path):
+    path = _write(tmp_path / "r", [b"q" * 1000] * 10)
+    batches = list(tfrecord.read_batches(path, batch_size=100, max_batch_bytes=2500))
+    assert [len(b.records) for b in batches] == [3, 3, 3, 1]

@@ -1,0 +1,113 @@
+"""An output folder replaced only by a run that succeeds.
+
+The CLI's ``--output`` may already hold an earlier run's results. Writing into
+it directly leaves a mix after a failed or smaller run (an old ``Split-test/``
+beside new splits, an old ``report.json`` saying blessed beside a removed
+SavedModel). Instead a run writes into a hidden staging folder inside the
+output; only when it succeeds are the earlier entries moved aside, the new
+ones moved in and the earlier ones deleted. A failed run deletes its staging
+folder and leaves the earlier results as they were.
+
+An output holding entries the verb does not write (someone's own files) is
+refused rather than cleared. Paths may be URIs (tf.io.gfile).
+
+Example:
+    >>> import os, tempfile
+    >>> out = os.path.join(tempfile.mkdtemp(), "out")
+    >>> with staged_output(out, ("report.md",), "demo") as stage:
+    ...     with open(os.path.join(stage, "report.md"), "w") as f:
+    ...         _ = f.write("new")
+    >>> sorted(os.listdir(out))
+    ['report.md']
+"""
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import posixpath
+import uuid
+from typing import Iterator, Sequence, Type
+
+from tfx_bridge.errors import BridgeError
+
+STAGING_PREFIX = ".tfx-bridge-staging-"
+REPLACED_PREFIX = ".tfx-bridge-replaced-"
+
+
+def _join(a: str, b: str) -> str:
+    return posixpath.join(a, b) if "://" in a else os.path.join(a, b)
+
+
+def _entries(folder: str) -> list:
+    import tensorflow as tf
+
+    return sorted(e.rstrip("/") for e in tf.io.gfile.listdir(folder))
+
+
+def _remove(path: str) -> None:
+    import tensorflow as tf
+
+    if tf.io.gfile.isdir(path):
+        tf.io.gfile.rmtree(path)
+    elif tf.io.gfile.exists(path):
+        tf.io.gfile.remove(path)
+
+
+@contextlib.contextmanager
+def staged_output(output: str, owned: Sequence[str], verb: str,
+                  error: Type[Exception] = BridgeError) -> Iterator[str]:
+    """Yields a staging folder inside ``output``; on success its entries replace
+    ``output``'s. ``owned`` are the glob patterns of the top-level entries the
+    verb writes; an existing output holding anything else is refused.
+    """
+    import tensorflow as tf
+
+    if tf.io.gfile.exists(output) and not tf.io.gfile.isdir(output):
+        raise error(f"--output {output} is a file. Give a folder (new or from an earlier "
+                    f"`{verb}` run).")
+    if tf.io.gfile.isdir(output):
+        leftovers = [e for e in _entries(output)
+                     if e.startswith((STAGING_PREFIX, REPLACED_PREFIX))]
+        for e in leftovers:  # from a run killed before it cleaned up
+            _remove(_join(output, e))
+        foreign = [e for e in _entries(output)
+                   if not any(fnmatch.fnmatchcase(e, p) for p in owned)]
+        if foreign:
+            raise error(
+                f"--output {output} holds {foreign[:5]}{' ...' if len(foreign) > 5 else ''}, "
+                f"which `{verb}` does not write (it writes {list(owned)}); nothing was "
+                "changed. Give a new or empty folder, or one an earlier run of this verb "
+                "wrote.")
+    tf.io.gfile.makedirs(output)
+    run_id = uuid.uuid4().hex[:12]
+    stage = _join(output, STAGING_PREFIX + run_id)
+    tf.io.gfile.makedirs(stage)
+    try:
+        yield stage
+    except BaseException:
+        _remove(stage)
+        raise
+    _swap_in(output, stage, _join(output, REPLACED_PREFIX + run_id))
+
+
+def _swap_in(output: str, stage: str, replaced: str) -> None:
+    """Earlier entries aside, new ones in, earlier ones deleted."""
+    import tensorflow as tf
+
+    old = [e for e in _entries(output) if not e.startswith((STAGING_PREFIX, REPLACED_PREFIX))]
+    if old:
+        tf.io.gfile.makedirs(replaced)
+        for e in old:
+            tf.io.gfile.rename(_join(output, e), _join(replaced, e))
+    for e in _entries(stage):
+        tf.io.gfile.rename(_join(stage, e), _join(output, e))
+    _remove(stage)
+    _remove(replaced)
+
+
+def final_path(path: str, stage: str, output: str) -> str:
+    """Where ``path`` (inside ``stage``) is after the swap."""
+    if path == stage or path.startswith(stage.rstrip("/") + "/"):
+        return output.rstrip("/") + path[len(stage.rstrip("/")):]
+    return path
