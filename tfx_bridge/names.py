@@ -31,3 +31,43 @@ def check_segment(value: str, what: str, error: Type[Exception] = BridgeError) -
             f"{what} {value!r} cannot be used as a folder name: use 1-128 letters, digits, "
             "'_', '-' or '.', not starting with '.' or '-' (e.g. 'ctr' or 'ctr_v2').")
     return value
+
+
+def is_inside(path: str, root: str) -> bool:
+    """``path`` resolves to ``root`` or below it (links followed for local paths)."""
+    import os
+    import posixpath
+
+    if "://" in root or "://" in path:
+        scheme = root.split("://", 1)[0] + "://"
+        if not path.startswith(scheme):
+            return False
+        r = posixpath.normpath(root[len(scheme):])
+        p = posixpath.normpath(path[len(scheme):])
+        return p == r or p.startswith(r.rstrip("/") + "/")
+    r = os.path.realpath(root)
+    p = os.path.realpath(path)
+    return p == r or p.startswith(r.rstrip(os.sep) + os.sep)
+
+
+def child(root: str, *parts: str, error: Type[Exception] = BridgeError) -> str:
+    """``root`` joined with ``parts``, refused unless it resolves inside ``root``.
+
+    Every write and delete under a root goes through this, so a name that
+    slipped past validation (or a link planted inside the root) cannot turn a
+    write or delete into one outside it.
+
+    Example:
+      >>> child("/srv/models", "ctr", "3")
+      '/srv/models/ctr/3'
+    """
+    import os
+    import posixpath
+
+    join = posixpath.join if "://" in root else os.path.join
+    path = join(root, *parts)
+    if not is_inside(path, root):
+        raise error(f"{path} resolves outside {root}; refusing to write or delete there. "
+                    "A name or a symlink inside the folder points out of it: remove the link "
+                    "or fix the name.")
+    return path

@@ -24,19 +24,18 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import os
-import posixpath
 import uuid
 from typing import Iterator, Sequence, Type
 
 from tfx_bridge.errors import BridgeError
+from tfx_bridge.names import child
 
 STAGING_PREFIX = ".tfx-bridge-staging-"
 REPLACED_PREFIX = ".tfx-bridge-replaced-"
 
 
 def _join(a: str, b: str) -> str:
-    return posixpath.join(a, b) if "://" in a else os.path.join(a, b)
+    return child(a, b)
 
 
 def _entries(folder: str) -> list:

@@ -53,6 +53,7 @@ from tfx_bridge.components.parquet_example_gen.arrow_types import (  # noqa: F40
     feature_kind,
 )
 from tfx_bridge.components.parquet_example_gen.errors import (
+    ParquetConfigError,
     ParquetDataError,
 )
 from tfx_bridge.components.parquet_example_gen.plan import (  # noqa: F401  (re-exported)
@@ -72,6 +73,7 @@ from tfx_bridge.components.parquet_example_gen.tfrecord_writer import (  # noqa:
     BatchedTFRecordSink,
     tfrecord_frames,
 )
+from tfx_bridge.names import child
 
 _LOG = logging.getLogger(__name__)
 
@@ -135,7 +137,7 @@ class _ConvertUnit(beam.DoFn):
 
 def split_dir(output_uri: str, split: str) -> str:
     """The standard Examples split folder, ``<uri>/Split-<name>``."""
-    return os.path.join(output_uri, f"Split-{split}")
+    return child(output_uri, f"Split-{split}", error=ParquetConfigError)
 
 
 def expand_ingest(pipeline: beam.Pipeline, plan: IngestPlan,

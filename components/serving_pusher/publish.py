@@ -28,6 +28,7 @@ from tfx_bridge.components.serving_pusher.errors import (
     PushLocked,
     PushRefused,
 )
+from tfx_bridge.names import child
 
 # --------------------------------------------------------------------------- publish
 
@@ -188,9 +189,9 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
     """Stages, fsyncs and renames into the next version; returns it."""
     if is_remote(base_path):
         return _publish_object_store(saved_model_dir, base_path, model_name, warmup_file, label)
-    model_root = os.path.join(base_path, model_name)
+    model_root = child(base_path, model_name, error=PusherConfigError)
     os.makedirs(model_root, exist_ok=True)
-    staging = os.path.join(model_root, f"{STAGING_PREFIX}{uuid.uuid4().hex}")
+    staging = child(model_root, f"{STAGING_PREFIX}{uuid.uuid4().hex}", error=PusherConfigError)
     try:
         _copy_tree_synced(saved_model_dir, staging)
         if warmup_file:
@@ -204,7 +205,7 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
             # Issue the number first: a crash after this wastes a number, never reuses one.
             state.last_version = version
             state.save(model_root)
-            os.rename(staging, os.path.join(model_root, str(version)))
+            os.rename(staging, child(model_root, str(version), error=PusherConfigError))
             _fsync_dir(model_root)
             if digest is not None:
                 state.digests[str(version)] = digest
@@ -253,7 +254,7 @@ def clean_stale_staging(model_root: str) -> List[str]:
         return removed
     for d in os.listdir(model_root):
         if d.startswith(STAGING_PREFIX):
-            shutil.rmtree(os.path.join(model_root, d), ignore_errors=True)
+            shutil.rmtree(child(model_root, d, error=PusherConfigError), ignore_errors=True)
             removed.append(d)
     return removed
 
@@ -269,8 +270,9 @@ def apply_retention(model_root: str, keep: int) -> List[int]:
     removed = [v for v in all_versions if v not in keep_set]
     for v in removed:
         # Rename away first, so Serving never sees a half-deleted integer folder.
-        doomed = os.path.join(model_root, f"{STAGING_PREFIX}delete-{v}-{uuid.uuid4().hex}")
-        os.rename(os.path.join(model_root, str(v)), doomed)
+        doomed = child(model_root, f"{STAGING_PREFIX}delete-{v}-{uuid.uuid4().hex}",
+                       error=PusherConfigError)
+        os.rename(child(model_root, str(v), error=PusherConfigError), doomed)
         shutil.rmtree(doomed, ignore_errors=True)
     return removed
 

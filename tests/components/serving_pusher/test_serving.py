@@ -261,6 +261,18 @@ def test_push_identical_model_adds_no_version(models, tmp_path):
     assert serving.push(models["b"], base, "ctr").version == 2  # a changed model does
 
 
+def test_push_identical_model_repairs_configs_of_interrupted_push(models, tmp_path):
+    # A push killed after publishing but before the configs were written left the
+    # model out of models.config; re-pushing the same model must put it back.
+    base = tmp_path / "serving"
+    serving.push(models["a"], str(base), "ctr")
+    config = (base / serving.MODELS_CONFIG).read_text()
+    (base / serving.MODELS_CONFIG).write_text("model_config_list {\n}\n")
+    again = serving.push(models["a"], str(base), "ctr")
+    assert again.version == 1 and "no new version" in again.reason
+    assert (base / serving.MODELS_CONFIG).read_text() == config
+
+
 def _with_tflite(source: str, folder: str, tflite_from: str) -> str:
     """``source`` copied, plus ``model.tflite`` converted from ``tflite_from``."""
     import shutil
