@@ -1,0 +1,110 @@
+"""Object stores: ``s3://`` wired from the standard AWS variables; ``gs://`` as TF has it.
+
+TF 2.16 reads ``s3://`` only through ``tensorflow-io`` (its filesystem plug-in
+registers the scheme when ``tensorflow_io`` is imported), which is configured
+by its own variables (``S3_ENDPOINT``, ``S3_USE_HTTPS``); Beam reads ``s3://``
+through boto3 with ``--s3_*`` pipeline options. Users set what boto3 reads:
+
+- ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` (``AWS_SESSION_TOKEN``)
+- ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``)
+- ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``) for MinIO and other
+  S3-compatible servers
+
+and :func:`enable_s3` maps them onto tensorflow-io's variables;
+:func:`beam_s3_args` onto Beam's options (explicit options win). No TFX imports.
+
+Example:
+    >>> env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_DEFAULT_REGION": "eu-west-1"}
+    >>> sorted(tfio_env(env).items())
+    [('AWS_REGION', 'eu-west-1'), ('S3_ENDPOINT', 'http://127.0.0.1:9000'), ('S3_USE_HTTPS', '0')]
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Dict, List, Mapping, Optional, Sequence
+from urllib.parse import urlparse
+
+from tfx_bridge.errors import BridgeError
+
+_LOCK = threading.Lock()
+_ENABLED = False
+
+CREDENTIAL_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+class ObjectStoreError(BridgeError):
+    """An object store path cannot be used as configured (extra, credentials, endpoint)."""
+
+
+def endpoint_url(env: Mapping[str, str] = os.environ) -> Optional[str]:
+    return env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+
+
+def region(env: Mapping[str, str] = os.environ) -> Optional[str]:
+    return env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
+
+
+def tfio_env(env: Mapping[str, str] = os.environ) -> Dict[str, str]:
+    """tensorflow-io's variables derived from the AWS ones (only those not set)."""
+    out: Dict[str, str] = {}
+    url = endpoint_url(env)
+    if url and "S3_ENDPOINT" not in env:
+        out["S3_ENDPOINT"] = url
+        if "S3_USE_HTTPS" not in env:
+            out["S3_USE_HTTPS"] = "0" if urlparse(url).scheme == "http" else "1"
+    if region(env) and "AWS_REGION" not in env:
+        out["AWS_REGION"] = region(env)
+    return out
+
+
+def check_credentials(env: Mapping[str, str] = os.environ) -> None:
+    """With a custom endpoint (MinIO, a test server) there is no instance role to
+    fall back on: both key variables must be set."""
+    if endpoint_url(env) is None and env.get("S3_ENDPOINT") is None:
+        return  # AWS itself: profiles, web identity and instance roles also work
+    missing = [v for v in CREDENTIAL_VARIABLES if not env.get(v)]
+    if missing and not env.get("AWS_PROFILE"):
+        raise ObjectStoreError(
+            f"s3:// with the endpoint {endpoint_url(env) or env.get('S3_ENDPOINT')} needs "
+            f"credentials: set {' and '.join(missing)} (or AWS_PROFILE).")
+
+
+def enable_s3() -> None:
+    """Makes ``s3://`` readable by tf.io.gfile in this process (idempotent)."""
+    global _ENABLED
+    if _ENABLED:
+        return
+    with _LOCK:
+        if _ENABLED:
+            return
+        check_credentials()
+        for key, value in tfio_env().items():
+            os.environ.setdefault(key, value)
+        try:
+            import tensorflow_io  # noqa: F401  (registers s3:// with tf.io.gfile)
+        except ImportError as e:
+            raise ObjectStoreError(
+                "s3:// paths need tensorflow-io: pip install 'tfx-bridge[s3]'.") from e
+        _ENABLED = True
+
+
+def _has_option(args: Sequence[str], name: str) -> bool:
+    return any(a == name or a.startswith(name + "=") for a in args)
+
+
+def beam_s3_args(explicit: Sequence[str] = (), env: Mapping[str, str] = os.environ
+                 ) -> List[str]:
+    """Beam ``--s3_*`` options from the AWS variables, for those ``explicit`` lacks."""
+    wanted = {
+        "--s3_endpoint_url": endpoint_url(env),
+        "--s3_region_name": region(env),
+        "--s3_access_key_id": env.get("AWS_ACCESS_KEY_ID"),
+        "--s3_secret_access_key": env.get("AWS_SECRET_ACCESS_KEY"),
+        "--s3_session_token": env.get("AWS_SESSION_TOKEN"),
+    }
+    return [f"{k}={v}" for k, v in wanted.items() if v and not _has_option(explicit, k)]
+
+
+def uses_s3(*paths: Optional[str]) -> bool:
+    return any(p and str(p).startswith("s3://") for p in paths)
