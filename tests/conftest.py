@@ -129,3 +129,39 @@ def reference_imports(tmp_path_factory):
 @pytest.fixture(scope="session")
 def reference_handover():
     return ReferenceHandover()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """An S3-compatible server (moto's server mode) on 127.0.0.1 for the session,
+    with the standard AWS variables pointing at it (what users set)."""
+    moto_server = pytest.importorskip("moto.server", reason="needs the [dev] extra (moto)")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret",
+           "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server, request):
+    """A fresh bucket; yields its ``s3://name`` root."""
+    import re
+
+    import boto3
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    name = f"t-{name}-{os.getpid()}"[:63]
+    boto3.client("s3", endpoint_url=s3_server["AWS_ENDPOINT_URL"]).create_bucket(Bucket=name)
+    return f"s3://{name}"

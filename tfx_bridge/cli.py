@@ -18,7 +18,7 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional
 
-from tfx_bridge import staging
+from tfx_bridge import fs, staging
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -69,6 +69,11 @@ class _Parser(argparse.ArgumentParser):
             print(json.dumps({"verb": verb, "ok": False, "exit_code": EXIT_BAD_INPUT,
                               "error": message, "error_type": "UsageError"}, sort_keys=True))
         sys.exit(EXIT_BAD_INPUT)
+
+
+def _shown(path: str) -> str:
+    """A path as the user should see it: absolute when local, a URI as given."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 def _positive_int(text: str) -> int:
@@ -155,7 +160,7 @@ def cmd_ingest(args: argparse.Namespace) -> Dict[str, Any]:
         print(f"  {col.name}: {col.arrow_type} -> {col.feature}")
     progress("Done")
     return {
-        "output": os.path.abspath(args.output),
+        "output": _shown(args.output),
         "rows": plan.num_rows,
         "files": len(plan.files),
         "splits": counts,
@@ -187,7 +192,7 @@ def cmd_validate(args: argparse.Namespace) -> Dict[str, Any]:
     progress(f"Checking splits {splits} of {args.examples} against {len(config.expectations)} "
              f"schema features and {len(config.consumer)} consumer features")
     findings = guard.scan_examples(args.examples, config, splits)
-    context = {"examples": os.path.abspath(args.examples), "schema": args.schema,
+    context = {"examples": _shown(args.examples), "schema": args.schema,
                "consumer": consumer.origin if consumer is not None else "none"}
     with staging.staged_output(args.output, VALIDATE_WRITES, "validate") as stage:
         summary = report.write_reports(stage, findings, splits, schema, context)
@@ -197,10 +202,10 @@ def cmd_validate(args: argparse.Namespace) -> Dict[str, Any]:
     print("Clean: no findings." if not lines else f"{len(lines)} finding(s):")
     for line in lines:
         print(f"- {line}")
-    print(f"Report: {os.path.join(os.path.abspath(args.output), report.REPORT_MD)}")
+    print(f"Report: {fs.join(_shown(args.output), report.REPORT_MD)}")
     progress("Done")
     return {"blessed": summary["blessed"], "findings": summary["findings"],
-            "records": findings.records, "output": os.path.abspath(args.output),
+            "records": findings.records, "output": _shown(args.output),
             "checks": sorted({f.check for f in findings.sorted()}),
             "_exit": EXIT_OK if summary["blessed"] else EXIT_CHECK_FAILED}
 
@@ -245,7 +250,7 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
         print(f"Rewrite applied: {applied['kind']} ({len(applied['nodes'])} place(s)): "
               f"{applied['why']}")
     progress("Done")
-    return {"blessed": result.blessed, "serving_dir": os.path.abspath(serving_dir),
+    return {"blessed": result.blessed, "serving_dir": _shown(serving_dir),
             "max_abs_error": result.report["max_abs_error"],
             "rewrites": [r["kind"] for r in result.report["rewrites"]],
             "seconds": result.report["seconds"], "outputs": outputs,
@@ -284,7 +289,7 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
             "latency_before_ms": result.report["latency_before_ms"],
             "latency_after_ms": result.report["latency_after_ms"],
             "tensorrt_ran": result.report["tensorrt"]["ran"],
-            "output": os.path.abspath(args.output),
+            "output": _shown(args.output),
             "_exit": EXIT_OK if result.blessed else EXIT_CHECK_FAILED}
 
 
@@ -366,7 +371,7 @@ def _print_run_summary(result: Dict[str, Any]) -> None:
 def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.pipelines import demo_data, runner, train_demo_model
 
-    workdir = os.path.abspath(args.workdir)
+    workdir = _shown(args.workdir)
     data_root = os.path.join(workdir, "data")
     progress = Progress(4, enabled=not args.quiet)
     folders = demo_data.write_demo_spans(data_root, spans=range(1, args.spans + 1),
@@ -403,7 +408,7 @@ def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.pipelines import runner
 
     progress = Progress(2, enabled=not args.quiet)
-    workdir = os.path.abspath(args.workdir)
+    workdir = _shown(args.workdir)
     model_source, note = runner.check_run_inputs(args.data_root, args.model_source)
     if note and not args.quiet:
         print(note, file=sys.stderr)

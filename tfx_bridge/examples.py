@@ -6,12 +6,11 @@ Examples folder may be a URI (read through tf.io.gfile).
 """
 from __future__ import annotations
 
-import os
 from typing import Dict, Optional, Sequence, Type
 
 import numpy as np
 
-from tfx_bridge import tfrecord
+from tfx_bridge import fs, tfrecord
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.tensorspec import TensorSpec
 
@@ -53,7 +52,7 @@ def inputs_from_examples(examples_dir: str, inputs: Sequence[TensorSpec], count:
     import tensorflow as tf
     from google.protobuf.message import DecodeError
 
-    files = sorted(tf.io.gfile.glob(os.path.join(examples_dir, "Split-*", "*")))
+    files = fs.glob(fs.join(examples_dir, "Split-*", "*"))
     records: list = []
     for path in files:  # checked headers: a forged length is a refusal, not a crash
         for batch in tfrecord.read_batches(path, count, error=error,

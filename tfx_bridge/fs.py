@@ -7,9 +7,9 @@ local paths, ``gs://`` and ``s3://`` take the same code path), never through
 (torch.load, onnx2tf, onnxruntime, the TFLite converter) get a local copy from
 :func:`local_copy` and write back with :func:`upload_tree`.
 
-``s3://`` needs ``tensorflow-io`` (the ``[s3]`` extra); it is imported and
-configured from the standard AWS variables the first time an s3 path is seen
-(see :mod:`tfx_bridge.objectstore`).
+``s3://`` goes through boto3 (:mod:`tfx_bridge.s3`, the ``[s3]`` extra),
+configured by the standard AWS variables; ``gs://`` through TF's built-in
+filesystem.
 
 Example:
     >>> import tempfile
@@ -46,46 +46,69 @@ def dirname(path: str) -> str:
     return posixpath.dirname(path.rstrip("/")) if is_remote(path) else os.path.dirname(path)
 
 
-def _gfile(path: str):
+def _s3(path: str):
+    """The s3 backend (boto3) for s3:// paths, else None (tf.io.gfile)."""
     if path.startswith("s3://"):
-        from tfx_bridge import objectstore
+        from tfx_bridge import s3
 
-        objectstore.enable_s3()
+        return s3
+    return None
+
+
+def _gfile(path: str):
     import tensorflow as tf
 
     return tf.io.gfile
 
 
 def exists(path: str) -> bool:
-    return _gfile(path).exists(path)
+    s3 = _s3(path)
+    return s3.exists(path) if s3 else _gfile(path).exists(path)
 
 
 def isdir(path: str) -> bool:
-    return _gfile(path).isdir(path)
+    s3 = _s3(path)
+    return s3.isdir(path) if s3 else _gfile(path).isdir(path)
 
 
 def isfile(path: str) -> bool:
+    s3 = _s3(path)
+    if s3:
+        return s3.isfile(path)
     g = _gfile(path)
     return g.exists(path) and not g.isdir(path)
 
 
 def listdir(path: str) -> List[str]:
+    s3 = _s3(path)
+    if s3:
+        return s3.listdir(path)
     return sorted(e.rstrip("/") for e in _gfile(path).listdir(path))
 
 
 def glob(pattern: str) -> List[str]:
-    return sorted(_gfile(pattern).glob(pattern))
+    s3 = _s3(pattern)
+    return s3.glob(pattern) if s3 else sorted(_gfile(pattern).glob(pattern))
 
 
 def makedirs(path: str) -> None:
+    """Local folders (and parents); on object stores folders are key prefixes, so
+    only gs:// gets a marker, and nothing for a bucket root."""
+    if is_remote(path) and ("/" not in path.split("://", 1)[1].strip("/")
+                            or _s3(path)):
+        return
     _gfile(path).makedirs(path)
 
 
 def size(path: str) -> int:
-    return _gfile(path).stat(path).length
+    s3 = _s3(path)
+    return s3.size(path) if s3 else _gfile(path).stat(path).length
 
 
 def read_bytes(path: str) -> bytes:
+    s3 = _s3(path)
+    if s3:
+        return s3.read_bytes(path)
     with _gfile(path).GFile(path, "rb") as f:
         return f.read()
 
@@ -97,14 +120,18 @@ def read_text(path: str) -> str:
 def write_bytes(path: str, data: bytes) -> None:
     """Writes ``data`` (parents made). Local writes go through a temp file and a
     rename, so a reader never sees half a file; an object appears whole."""
+    s3 = _s3(path)
+    if s3:
+        s3.write_bytes(path, data)
+        return
     g = _gfile(path)
     parent = dirname(path)
-    if parent:
-        g.makedirs(parent)
-    if is_remote(path):
+    if is_remote(path):  # no folders to make: keys carry their prefixes
         with g.GFile(path, "wb") as f:
             f.write(data)
         return
+    if parent:
+        g.makedirs(parent)
     fd, tmp = tempfile.mkstemp(dir=parent or ".", prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -120,26 +147,59 @@ def write_text(path: str, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
+def create_if_absent(path: str, data: bytes) -> bool:
+    """Creates ``path`` only if nothing is there; False if something was. Atomic
+    against concurrent creators: O_EXCL locally, ``If-None-Match: *`` on s3."""
+    s3 = _s3(path)
+    if s3:
+        return s3.create_if_absent(path, data)
+    if is_remote(path):
+        raise NotImplementedError(f"conditional create on {path.split('://')[0]}://")
+    os.makedirs(dirname(path) or ".", exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return True
+
+
 def open_file(path: str, mode: str = "rb"):
-    return _gfile(path).GFile(path, mode)
+    s3 = _s3(path)
+    return s3.open_file(path, mode) if s3 else _gfile(path).GFile(path, mode)
 
 
 def copy(src: str, dst: str, overwrite: bool = True) -> None:
+    if _s3(src) and _s3(dst):
+        _s3(src).copy(src, dst)
+        return
+    if _s3(src) or _s3(dst):  # across backends: through this process
+        with open_file(src, "rb") as fin, open_file(dst, "wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+        return
     _gfile(dst).copy(src, dst, overwrite=overwrite)
 
 
 def rename(src: str, dst: str, overwrite: bool = False) -> None:
     """Atomic on local disk; on object stores a copy then a delete (not atomic)."""
-    g = _gfile(src)
-    if is_remote(src) and g.isdir(src):
+    if is_remote(src) and isdir(src):
         copy_tree(src, dst)
-        g.rmtree(src)
+        remove(src)
         return
-    g.rename(src, dst, overwrite=overwrite)
+    if _s3(src):
+        copy(src, dst)
+        remove(src)
+        return
+    _gfile(src).rename(src, dst, overwrite=overwrite)
 
 
 def remove(path: str) -> None:
     """Deletes a file or a folder tree; nothing if it does not exist."""
+    s3 = _s3(path)
+    if s3:
+        s3.remove(path)
+        return
     g = _gfile(path)
     if g.isdir(path):
         g.rmtree(path)
@@ -148,6 +208,9 @@ def remove(path: str) -> None:
 
 
 def walk(top: str) -> Iterator[Tuple[str, List[str], List[str]]]:
+    if _s3(top):
+        yield from _s3(top).walk(top)
+        return
     for root, dirs, files in _gfile(top).walk(top):
         yield root, [d.rstrip("/") for d in dirs], list(files)
 
@@ -171,7 +234,8 @@ def copy_tree(src: str, dst: str, last: Tuple[str, ...] = ()) -> None:
     ordered = [f for f in files if f not in last] + [f for f in files if f in last]
     for rel in ordered:
         target = join(dst, *rel.split("/"))
-        makedirs(dirname(target))
+        if not is_remote(target):
+            makedirs(dirname(target))
         copy(join(src, *rel.split("/")), target)
 
 

@@ -8,8 +8,9 @@ imports.
 """
 from __future__ import annotations
 
-import os
 from typing import Type
+
+from tfx_bridge import fs
 
 # Where a Model artifact keeps its SavedModel (TFX's serving-model layout).
 SERVING_DIR = "Format-Serving"
@@ -35,10 +36,9 @@ def signature_specs(saved_model_dir: str, name: str, error: Type[Exception]) -> 
     import tensorflow as tf
     from tensorflow.core.protobuf import saved_model_pb2
 
-    path = os.path.join(saved_model_dir, "saved_model.pb")
+    path = fs.join(saved_model_dir, "saved_model.pb")
     try:
-        with open(path, "rb") as f:
-            model = saved_model_pb2.SavedModel.FromString(f.read())
+        model = saved_model_pb2.SavedModel.FromString(fs.read_bytes(path))
     except Exception as e:
         raise error(f"{path} is missing or not a SavedModel ({e}).") from e
     signatures = {}
@@ -58,12 +58,10 @@ def signature_specs(saved_model_dir: str, name: str, error: Type[Exception]) -> 
 
 def resolve_saved_model(path: str, error: Type[Exception]) -> str:
     """A SavedModel folder, or a Model artifact folder holding Format-Serving/."""
-    import tensorflow as tf
-
-    if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+    if fs.exists(fs.join(path, "saved_model.pb")):
         return path
-    inner = os.path.join(path, SERVING_DIR)
-    if tf.io.gfile.exists(os.path.join(inner, "saved_model.pb")):
+    inner = fs.join(path, SERVING_DIR)
+    if fs.exists(fs.join(inner, "saved_model.pb")):
         return inner
     raise error(
         f"{path} is neither a SavedModel (no saved_model.pb) nor a Model artifact folder "

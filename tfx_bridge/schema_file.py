@@ -5,9 +5,9 @@ imports; the path may be a URI (tf.io.gfile).
 """
 from __future__ import annotations
 
-import os
 from typing import Type
 
+from tfx_bridge import fs
 from tfx_bridge.errors import BridgeError
 
 SCHEMA_FILE = "schema.pbtxt"
@@ -19,15 +19,14 @@ def load_schema(path: str, error: Type[Exception] = BridgeError):
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    if tf.io.gfile.isdir(path):
-        if not tf.io.gfile.exists(os.path.join(path, SCHEMA_FILE)):
+    if fs.isdir(path):
+        if not fs.exists(fs.join(path, SCHEMA_FILE)):
             raise error(
                 f"Schema {path} is a folder without {SCHEMA_FILE}: give a schema file (e.g. "
                 "schemas/demo.schema.pbtxt) or a SchemaGen output folder.")
-        path = os.path.join(path, SCHEMA_FILE)
+        path = fs.join(path, SCHEMA_FILE)
     try:
-        with tf.io.gfile.GFile(path, "r") as f:
-            return text_format.Parse(f.read(), schema_pb2.Schema())
+        return text_format.Parse(fs.read_text(path), schema_pb2.Schema())
     except tf.errors.OpError as e:
         raise error(f"Cannot read schema {path}: {e.message}.") from e
     except OSError as e:

@@ -9,7 +9,7 @@ ones moved in and the earlier ones deleted. A failed run deletes its staging
 folder and leaves the earlier results as they were.
 
 An output holding entries the verb does not write (someone's own files) is
-refused rather than cleared. Paths may be URIs (tf.io.gfile).
+refused rather than cleared. Paths may be URIs (tfx_bridge.fs).
 
 Example:
     >>> import os, tempfile
@@ -27,6 +27,7 @@ import fnmatch
 import uuid
 from typing import Iterator, Sequence, Type
 
+from tfx_bridge import fs
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.names import child
 
@@ -39,18 +40,11 @@ def _join(a: str, b: str) -> str:
 
 
 def _entries(folder: str) -> list:
-    import tensorflow as tf
-
-    return sorted(e.rstrip("/") for e in tf.io.gfile.listdir(folder))
+    return fs.listdir(folder)
 
 
 def _remove(path: str) -> None:
-    import tensorflow as tf
-
-    if tf.io.gfile.isdir(path):
-        tf.io.gfile.rmtree(path)
-    elif tf.io.gfile.exists(path):
-        tf.io.gfile.remove(path)
+    fs.remove(path)
 
 
 @contextlib.contextmanager
@@ -60,12 +54,10 @@ def staged_output(output: str, owned: Sequence[str], verb: str,
     ``output``'s. ``owned`` are the glob patterns of the top-level entries the
     verb writes; an existing output holding anything else is refused.
     """
-    import tensorflow as tf
-
-    if tf.io.gfile.exists(output) and not tf.io.gfile.isdir(output):
+    if fs.isfile(output):
         raise error(f"--output {output} is a file. Give a folder (new or from an earlier "
                     f"`{verb}` run).")
-    if tf.io.gfile.isdir(output):
+    if fs.isdir(output):
         leftovers = [e for e in _entries(output)
                      if e.startswith((STAGING_PREFIX, REPLACED_PREFIX))]
         for e in leftovers:  # from a run killed before it cleaned up
@@ -78,10 +70,10 @@ def staged_output(output: str, owned: Sequence[str], verb: str,
                 f"which `{verb}` does not write (it writes {list(owned)}); nothing was "
                 "changed. Give a new or empty folder, or one an earlier run of this verb "
                 "wrote.")
-    tf.io.gfile.makedirs(output)
+    fs.makedirs(output)
     run_id = uuid.uuid4().hex[:12]
     stage = _join(output, STAGING_PREFIX + run_id)
-    tf.io.gfile.makedirs(stage)
+    fs.makedirs(stage)
     try:
         yield stage
     except BaseException:
@@ -91,16 +83,15 @@ def staged_output(output: str, owned: Sequence[str], verb: str,
 
 
 def _swap_in(output: str, stage: str, replaced: str) -> None:
-    """Earlier entries aside, new ones in, earlier ones deleted."""
-    import tensorflow as tf
-
+    """Earlier entries aside, new ones in, earlier ones deleted. On local disk
+    each move is a rename; on object stores a copy and a delete."""
     old = [e for e in _entries(output) if not e.startswith((STAGING_PREFIX, REPLACED_PREFIX))]
     if old:
-        tf.io.gfile.makedirs(replaced)
+        fs.makedirs(replaced)
         for e in old:
-            tf.io.gfile.rename(_join(output, e), _join(replaced, e))
+            fs.rename(_join(output, e), _join(replaced, e))
     for e in _entries(stage):
-        tf.io.gfile.rename(_join(stage, e), _join(output, e))
+        fs.rename(_join(stage, e), _join(output, e))
     _remove(stage)
     _remove(replaced)
 

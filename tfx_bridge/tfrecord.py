@@ -27,6 +27,7 @@ import struct
 import zlib
 from typing import Iterator, List, Optional, Type
 
+from tfx_bridge import fs
 from tfx_bridge.errors import BridgeError
 
 # tf.Examples are rarely more than a few MB; an image or audio clip may be tens.
@@ -126,9 +127,9 @@ def read_batches(path: str, batch_size: int = 1000,
     name = shown or path
     unpack = struct.Struct("<QI").unpack_from
     try:
-        with tf.io.gfile.GFile(path, "rb") as f:
+        with fs.open_file(path, "rb") as f:
             src = _Source(f)
-            size = None if src.gzip else tf.io.gfile.stat(path).length
+            size = None if src.gzip else fs.size(path)
             batch: List[bytes] = []
             first = index = held = 0
             while limit is None or index < limit:

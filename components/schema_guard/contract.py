@@ -22,7 +22,6 @@ No TFX imports.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Dict, Optional, Tuple
 
 from tfx_bridge.components.schema_guard.errors import SchemaGuardConfigError
@@ -165,8 +164,10 @@ def load_contract_file(path: str) -> Contract:
     import tensorflow as tf
     import yaml
 
+    from tfx_bridge import fs
+
     try:
-        with tf.io.gfile.GFile(path, "rb") as f:
+        with fs.open_file(path, "rb") as f:
             raw = f.read(MAX_CONTRACT_BYTES + 1)
         try:
             text = raw.decode("utf-8")
@@ -185,7 +186,7 @@ def load_contract_file(path: str) -> Contract:
         raise SchemaGuardConfigError(
             f"Contract file {path}: expected a mapping with 'features: {{name: {{dtype, "
             "shape}}}}'.")
-    origin = f"contract {os.path.basename(path)}"
+    origin = f"contract {path.rstrip('/').rsplit('/', 1)[-1]}"
     features, problems = [], []
     for name, spec in doc["features"].items():
         where = f"{path}: feature {name!r}"
@@ -223,11 +224,12 @@ def contract_from_saved_model(path: str, signature: str = "serving_default") -> 
     Inputs are matched to features by name. A signature whose only input is a
     serialized tf.Example (DT_STRING) names no features, so it yields none.
     """
+    from tfx_bridge import fs
     from tfx_bridge.savedmodel import signature_specs
 
-    if not os.path.exists(os.path.join(path, "saved_model.pb")) and os.path.exists(
-            os.path.join(path, "Format-Serving", "saved_model.pb")):
-        path = os.path.join(path, "Format-Serving")
+    if not fs.exists(fs.join(path, "saved_model.pb")) and fs.exists(
+            fs.join(path, "Format-Serving", "saved_model.pb")):
+        path = fs.join(path, "Format-Serving")
     inputs = signature_specs(path, signature, SchemaGuardConfigError)["inputs"]
     origin = f"model {signature}"
     features = []

@@ -17,7 +17,6 @@ order-independently, so a Beam combine gives the same report as a loop.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import math
 import os
@@ -29,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfx_bridge import layout, schema_file, tfrecord
+from tfx_bridge import fs, layout, schema_file, tfrecord
 from tfx_bridge.components.schema_guard.contract import (
     ARROW_INT_RANGES,
     DTYPES,
@@ -239,23 +238,23 @@ class GuardConfig:
 
 
 def split_files(examples_dir: str, split: str) -> List[str]:
-    folder = os.path.join(examples_dir, f"Split-{split}")
-    if not os.path.isdir(folder):
-        have = sorted(d[6:] for d in os.listdir(examples_dir) if d.startswith("Split-")) \
-            if os.path.isdir(examples_dir) else []
+    folder = fs.join(examples_dir, f"Split-{split}")
+    if not fs.isdir(folder):
+        have = sorted(d[6:] for d in fs.listdir(examples_dir) if d.startswith("Split-")) \
+            if fs.isdir(examples_dir) else []
         raise SchemaGuardInputError(
             f"No split {split!r} in {examples_dir} (no Split-{split}/); splits there: {have}.")
-    files = sorted(p for p in glob.glob(os.path.join(folder, "*")) if os.path.isfile(p))
+    files = [p for p in (fs.join(folder, e) for e in fs.listdir(folder)) if not fs.isdir(p)]
     if not files:
         raise SchemaGuardInputError(f"{folder} holds no records files.")
     return files
 
 
 def list_splits(examples_dir: str) -> List[str]:
-    if not os.path.isdir(examples_dir):
+    if not fs.isdir(examples_dir):
         raise SchemaGuardInputError(f"Examples folder {examples_dir} does not exist.")
-    splits = sorted(d[len("Split-"):] for d in os.listdir(examples_dir)
-                    if d.startswith("Split-") and os.path.isdir(os.path.join(examples_dir, d)))
+    splits = sorted(d[len("Split-"):] for d in fs.listdir(examples_dir)
+                    if d.startswith("Split-") and fs.isdir(fs.join(examples_dir, d)))
     if not splits:
         raise SchemaGuardInputError(
             f"{examples_dir} has no Split-<name>/ folders; give an Examples artifact folder "
@@ -274,7 +273,7 @@ def read_record_batches(path: str, batch_size: int,
     """
     for batch in tfrecord.read_batches(path, batch_size, max_record_bytes=max_record_bytes,
                                        error=SchemaGuardInputError,
-                                       shown=shown or os.path.basename(path)):
+                                       shown=shown or fs.basename(path)):
         yield batch.first, batch.records
 
 
@@ -380,9 +379,14 @@ class NotExamples(Exception):
 # --------------------------------------------------------------------------- checks
 
 
+_SHOWN_CHARS = 80  # a sample value is shown cut to this: values are untrusted and may be huge
+
+
 def _fmt_value(v) -> str:
     if isinstance(v, bytes):
-        return repr(v.decode("utf-8", "backslashreplace"))
+        text = repr(v[:_SHOWN_CHARS * 4].decode("utf-8", "backslashreplace"))
+        return (text[:_SHOWN_CHARS] + f"... ({len(v)} bytes)'") if len(text) > _SHOWN_CHARS \
+            else text
     if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
         return str(v)
     if isinstance(v, list):
@@ -562,7 +566,7 @@ def scan_file(path: str, split: str, config: GuardConfig, shown_name: Optional[s
     from concurrent.futures import ThreadPoolExecutor
 
     findings = Findings()
-    name = shown_name or os.path.basename(path)
+    name = shown_name or fs.basename(path)
     checker = _BatchChecker(config, split, name, findings)
     threads = _decode_threads()
     local = threading.local()
@@ -651,11 +655,10 @@ def spec_findings(config: GuardConfig, source_schema: Optional[dict]) -> Finding
 
 
 def read_source_schema(examples_dir: str) -> Optional[dict]:
-    path = os.path.join(examples_dir, SOURCE_SCHEMA_FILE)
-    if not os.path.exists(path):
+    path = fs.join(examples_dir, SOURCE_SCHEMA_FILE)
+    if not fs.exists(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return json.loads(fs.read_text(path))
 
 
 def scan_examples(examples_dir: str, config: GuardConfig,

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from typing import Dict, Iterable, List, Optional
 
-from tfx_bridge import layout
+from tfx_bridge import fs, layout
 from tfx_bridge.components.schema_guard import guard
+from tfx_bridge.components.schema_guard.errors import SchemaGuardConfigError
 from tfx_bridge.components.schema_guard.guard import Finding, Findings
+from tfx_bridge.names import child
 
 ANOMALIES_FILE = "SchemaDiff.pb"
 FINDINGS_FILE = "findings.json"
@@ -82,19 +83,15 @@ def write_reports(output_dir: str, findings: Findings, splits: List[str], schema
     context = dict(context or {})
     ordered = findings.sorted()
     blessed = not ordered
-    os.makedirs(output_dir, exist_ok=True)
+    fs.makedirs(output_dir)
     for split in splits:
-        folder = os.path.join(output_dir, f"Split-{split}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, ANOMALIES_FILE), "wb") as f:
-            f.write(anomalies_proto(ordered, split, schema).SerializeToString())
+        folder = child(output_dir, f"Split-{split}", error=SchemaGuardConfigError)
+        fs.write_bytes(fs.join(folder, ANOMALIES_FILE),
+                       anomalies_proto(ordered, split, schema).SerializeToString())
     doc = {"blessed": blessed, "splits": splits, "context": context, **findings.to_json()}
-    with open(os.path.join(output_dir, FINDINGS_FILE), "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2, sort_keys=True)
-    with open(os.path.join(output_dir, REPORT_MD), "w", encoding="utf-8") as f:
-        f.write(_markdown(findings, splits, context, blessed))
-    with open(os.path.join(output_dir, REPORT_HTML), "w", encoding="utf-8") as f:
-        f.write(_html(findings, splits, context, blessed))
+    fs.write_text(fs.join(output_dir, FINDINGS_FILE), json.dumps(doc, indent=2, sort_keys=True))
+    fs.write_text(fs.join(output_dir, REPORT_MD), _markdown(findings, splits, context, blessed))
+    fs.write_text(fs.join(output_dir, REPORT_HTML), _html(findings, splits, context, blessed))
     return {"blessed": blessed, "findings": len(ordered), "records": dict(findings.records)}
 
 

@@ -1,0 +1,230 @@
+"""``s3://`` for the filesystem layer, through boto3 (the ``[s3]`` extra).
+
+boto3 reads the standard variables itself (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``), so nothing
+is mapped here. tfx-bridge's own cores use this, not TF's s3 plug-in
+(tensorflow-io 0.37.1 aborts the process at exit once it has touched s3;
+see :mod:`tfx_bridge.objectstore`). Folders are key prefixes; a key ending in
+"/" is a folder marker. No TFX imports.
+"""
+from __future__ import annotations
+
+import fnmatch
+import io
+import threading
+from typing import Iterator, List, Optional, Tuple
+
+from tfx_bridge.objectstore import ObjectStoreError, check_credentials
+
+_LOCAL = threading.local()
+
+
+def _client():
+    client = getattr(_LOCAL, "client", None)
+    if client is None:
+        check_credentials()
+        try:
+            import boto3
+        except ImportError as e:
+            raise ObjectStoreError("s3:// paths need boto3: pip install 'tfx-bridge[s3]'.") from e
+        client = _LOCAL.client = boto3.session.Session().client("s3")
+    return client
+
+
+def split(path: str) -> Tuple[str, str]:
+    """(bucket, key) of ``s3://bucket/key``."""
+    rest = path[len("s3://"):]
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise ObjectStoreError(f"{path}: no bucket name (expected s3://bucket/key).")
+    return bucket, key
+
+
+def _prefix(key: str) -> str:
+    return key.rstrip("/") + "/" if key.strip("/") else ""
+
+
+def _is_missing(error) -> bool:
+    code = str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
+    return code in ("404", "NoSuchKey", "NotFound")
+
+
+def _keys(bucket: str, prefix: str, delimiter: Optional[str] = None):
+    """(keys, sub-prefixes) under ``prefix``."""
+    paginator = _client().get_paginator("list_objects_v2")
+    keys, prefixes = [], []
+    kwargs = {"Bucket": bucket, "Prefix": prefix}
+    if delimiter:
+        kwargs["Delimiter"] = delimiter
+    for page in paginator.paginate(**kwargs):
+        keys += [o["Key"] for o in page.get("Contents", [])]
+        prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+    return keys, prefixes
+
+
+def isfile(path: str) -> bool:
+    from botocore.exceptions import ClientError
+
+    bucket, key = split(path)
+    if not key or key.endswith("/"):
+        return False
+    try:
+        _client().head_object(Bucket=bucket, Key=key)
+        return True
+    except ClientError as e:
+        if _is_missing(e):
+            return False
+        raise
+
+
+def isdir(path: str) -> bool:
+    bucket, key = split(path)
+    page = _client().list_objects_v2(Bucket=bucket, Prefix=_prefix(key), MaxKeys=1)
+    return bool(page.get("KeyCount", 0)) or not key
+
+
+def exists(path: str) -> bool:
+    return isfile(path) or isdir(path)
+
+
+def listdir(path: str) -> List[str]:
+    bucket, key = split(path)
+    prefix = _prefix(key)
+    keys, prefixes = _keys(bucket, prefix, "/")
+    names = {k[len(prefix):] for k in keys if k != prefix}
+    names |= {p[len(prefix):].rstrip("/") for p in prefixes}
+    return sorted(n for n in names if n)
+
+
+def walk(top: str) -> Iterator[Tuple[str, List[str], List[str]]]:
+    dirs = [d for d in listdir(top) if isdir(f"{top.rstrip('/')}/{d}")]
+    bucket, key = split(top)
+    keys, _ = _keys(bucket, _prefix(key), "/")
+    files = sorted(k[len(_prefix(key)):] for k in keys if not k.endswith("/"))
+    yield top.rstrip("/"), dirs, files
+    for d in dirs:
+        yield from walk(f"{top.rstrip('/')}/{d}")
+
+
+def glob(pattern: str) -> List[str]:
+    """Keys matching ``pattern`` ('*' does not cross '/')."""
+    bucket, key = split(pattern)
+    fixed = key.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0]
+    keys, _ = _keys(bucket, fixed)
+    depth = key.count("/")
+    out = set()
+    for k in keys:
+        parts = k.rstrip("/").split("/")
+        if len(parts) > depth:
+            candidate = "/".join(parts[:depth + 1])
+            if fnmatch.fnmatchcase(candidate, key):
+                out.add(f"s3://{bucket}/{candidate}")
+    return sorted(out)
+
+
+def size(path: str) -> int:
+    bucket, key = split(path)
+    return int(_client().head_object(Bucket=bucket, Key=key)["ContentLength"])
+
+
+class _Reader(io.RawIOBase):
+    def __init__(self, path: str):
+        bucket, key = split(path)
+        self._body = _client().get_object(Bucket=bucket, Key=key)["Body"]
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        return self._body.read(None if n is None or n < 0 else n)
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._body.close()
+        super().close()
+
+
+class _Writer(io.RawIOBase):
+    """Buffers in a spooled temp file; the object appears whole on close."""
+
+    def __init__(self, path: str):
+        import tempfile
+
+        self._path = path
+        self._buf = tempfile.SpooledTemporaryFile(max_size=64 << 20)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        return self._buf.write(b)
+
+    def close(self) -> None:
+        if not self.closed:
+            bucket, key = split(self._path)
+            self._buf.seek(0)
+            _client().upload_fileobj(self._buf, bucket, key)
+            self._buf.close()
+        super().close()
+
+
+def open_file(path: str, mode: str = "rb"):
+    if mode in ("rb", "r"):
+        raw = _Reader(path)
+        return io.TextIOWrapper(io.BufferedReader(raw), "utf-8") if mode == "r" else raw
+    if mode in ("wb", "w"):
+        raw = _Writer(path)
+        return io.TextIOWrapper(raw, "utf-8") if mode == "w" else raw
+    raise ValueError(f"mode {mode!r}")
+
+
+def read_bytes(path: str) -> bytes:
+    bucket, key = split(path)
+    return _client().get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    bucket, key = split(path)
+    _client().put_object(Bucket=bucket, Key=key, Body=data)
+
+
+def create_if_absent(path: str, data: bytes) -> bool:
+    """Writes ``path`` only if no object is there (S3 ``If-None-Match: *``);
+    False when another writer got there first. Two concurrent callers never
+    both get True."""
+    from botocore.exceptions import ClientError
+
+    bucket, key = split(path)
+    try:
+        _client().put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        return True
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+            return False
+        raise
+
+
+def copy(src: str, dst: str) -> None:
+    sb, sk = split(src)
+    db, dk = split(dst)
+    _client().copy({"Bucket": sb, "Key": sk}, db, dk)
+
+
+def remove(path: str) -> None:
+    """Deletes an object, or every object under a prefix."""
+    bucket, key = split(path)
+    keys, _ = _keys(bucket, _prefix(key))
+    if isfile(path):
+        keys.append(key)
+    for i in range(0, len(keys), 1000):
+        _client().delete_objects(Bucket=bucket, Delete={
+            "Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+
+
+def makedirs(path: str) -> None:
+    """Folders are prefixes: nothing to make."""
