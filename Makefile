@@ -32,7 +32,7 @@ $(STAMP): setup.py constraints.txt
 	if [ -z "$$py" ]; then echo "tfx-bridge needs Python 3.10 (TFX 1.16 wheels): install it (e.g. 'pyenv install 3.10') and retry." >&2; exit 2; fi; \
 	if [ ! -x $(VPY) ]; then echo "Creating $(VENV) with $$py"; "$$py" -m venv $(VENV); fi; \
 	$(VPY) -m pip install -q --upgrade "pip<25" "setuptools>=69,<76" wheel; \
-	$(VPY) -m pip install -c constraints.txt -e ".[onnx,kfp,dev,zoo]"; \
+	$(VPY) -m pip install -c constraints.txt -e ".[onnx,kfp,dev,zoo,s3]"; \
 	rm -f $(VENV)/.installed-*; touch $@
 
 clean:

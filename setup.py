@@ -83,7 +83,12 @@ setup(
         "zoo": ["torchvision>=0.20,<0.21", "transformers>=4.40,<4.47"],
         # Compiling pipelines for Kubeflow Pipelines (KubeflowV2DagRunner).
         "kfp": ["kfp>=2.5,<2.6"],
-        "dev": ["pytest>=7", "pytest-xdist>=3.5", "ruff>=0.4"],
+        # s3:// paths. boto3 is what tfx-bridge's own cores use; Beam's s3
+        # filesystem ([aws]) serves Beam pipelines; tensorflow-io registers s3://
+        # with tf.io.gfile for stock TFX components in the same process.
+        "s3": ["boto3>=1.34", "apache-beam[aws]", "tensorflow-io==0.37.1"],
+        # moto's server mode: the S3-compatible server the tests start on 127.0.0.1.
+        "dev": ["pytest>=7", "pytest-xdist>=3.5", "ruff>=0.4", "moto[server]>=5.1"],
     },
     entry_points={"console_scripts": ["tfx-bridge=tfx_bridge.cli:main"]},
 )

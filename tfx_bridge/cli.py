@@ -18,7 +18,7 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional
 
-from tfx_bridge import fs, staging
+from tfx_bridge import fs, objectstore, staging
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -131,8 +131,12 @@ def _direct_pipeline_factory(num_workers: Optional[int]) -> Callable[[], Any]:
 
     from tfx_bridge.pipelines.beam_args import direct_runner_args
 
+    args = direct_runner_args(num_workers)
+    args += objectstore.beam_s3_args(args)
+    objectstore.set_beam_options(args)
+
     def make():
-        return beam.Pipeline(options=PipelineOptions(direct_runner_args(num_workers)))
+        return beam.Pipeline(options=PipelineOptions(args))
     return make
 
 
@@ -145,13 +149,14 @@ def cmd_ingest(args: argparse.Namespace) -> Dict[str, Any]:
     columns = None if args.columns is None else [c.strip() for c in args.columns.split(",")]
     progress = Progress(3, enabled=not args.quiet)
     splits = core.SplitConfig.parse(args.splits, args.pattern, args.partition_feature)
+    make_pipeline = _direct_pipeline_factory(args.workers)  # sets Beam's s3 options too
     plan = core.plan_ingest(args.input_base, splits, columns=columns,
                             batch_size=args.batch_size)
     progress(f"Planned {plan.num_rows} rows in {len(plan.files)} file(s), "
              f"{len(plan.units)} row group(s), {len(plan.columns)} column(s)")
     start = time.monotonic()
     with staging.staged_output(args.output, INGEST_WRITES, "ingest") as stage:
-        counts = core.ingest(plan, stage, _direct_pipeline_factory(args.workers))
+        counts = core.ingest(plan, stage, make_pipeline)
     seconds = time.monotonic() - start
     progress(f"Wrote {sum(counts.values())} tf.Examples to {args.output}")
     for name, n in counts.items():

@@ -95,15 +95,23 @@ def _has_option(args: Sequence[str], name: str) -> bool:
 
 def beam_s3_args(explicit: Sequence[str] = (), env: Mapping[str, str] = os.environ
                  ) -> List[str]:
-    """Beam ``--s3_*`` options from the AWS variables, for those ``explicit`` lacks."""
-    wanted = {
-        "--s3_endpoint_url": endpoint_url(env),
-        "--s3_region_name": region(env),
-        "--s3_access_key_id": env.get("AWS_ACCESS_KEY_ID"),
-        "--s3_secret_access_key": env.get("AWS_SECRET_ACCESS_KEY"),
-        "--s3_session_token": env.get("AWS_SESSION_TOKEN"),
-    }
+    """Beam ``--s3_*`` options from the AWS variables, for those ``explicit`` lacks.
+
+    Only the endpoint and region: Beam's boto3 client takes the keys from the
+    environment itself, and pipeline options are stored (TFX keeps
+    beam_pipeline_args in MLMD), so credentials never go into them.
+    """
+    wanted = {"--s3_endpoint_url": endpoint_url(env), "--s3_region_name": region(env)}
     return [f"{k}={v}" for k, v in wanted.items() if v and not _has_option(explicit, k)]
+
+
+def set_beam_options(args: Sequence[str]) -> None:
+    """Makes Beam's FileSystems (used outside a pipeline, e.g. to plan an ingest)
+    see ``args`` (Beam's S3 filesystem needs options even when they are empty)."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    FileSystems.set_options(PipelineOptions(list(args)))
 
 
 def uses_s3(*paths: Optional[str]) -> bool:

@@ -39,7 +39,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfx_bridge import compare, examples, layout, savedmodel
+from tfx_bridge import compare, examples, fs, layout, savedmodel
 from tfx_bridge.components.pytorch_model_importer import rewrite
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ConversionError,
@@ -103,11 +103,11 @@ class ModelSource:
         if self.kind != SOURCE_STATE_DICT and self.module_class:
             raise ImporterConfigError(
                 f"--module-class is only for state_dict sources, not {self.kind}.")
-        if os.path.isdir(self.path):
+        if fs.isdir(self.path):
             raise ModelSourceError(
                 f"{self.path} is a folder; give the model file inside it (e.g. "
-                f"{os.path.join(self.path, 'model.pt')}).")
-        if not os.path.isfile(self.path):
+                f"{fs.join(self.path, 'model.pt')}).")
+        if not fs.isfile(self.path):
             raise ModelSourceError(f"Model file {self.path} does not exist.")
 
 
@@ -621,6 +621,32 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
                  batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
                  examples_dir: Optional[str] = None, schema=None,
                  tamper_onnx=None, graph_rewrites: bool = True) -> ImportResult:
+    """Imports ``source`` into ``output_dir``; either may be a URI.
+
+    torch, onnx and onnx2tf read and write local files only: a remote source
+    is copied to a local folder first (an ONNX file with the folder beside it,
+    for its external data), the output is written locally and uploaded when
+    every step has finished, and both copies are removed.
+    """
+    remote_onnx = source.kind == SOURCE_ONNX and fs.is_remote(source.path)
+    source_root = fs.dirname(source.path) if remote_onnx else source.path
+    with fs.local_copy(source_root) as local_root, fs.local_output(output_dir) as local_out:
+        local_path = (os.path.join(local_root, fs.basename(source.path)) if remote_onnx
+                      else local_root)
+        local = dataclasses.replace(source, path=local_path)
+        result = _import_local(local, inputs, output_names, local_out, opset, atol, rtol,
+                               batch_sizes, examples_dir, schema, tamper_onnx, graph_rewrites,
+                               shown_source=source.path)
+    if fs.is_remote(output_dir):
+        result.serving_dir = fs.join(output_dir, SERVING_DIR)
+    return result
+
+
+def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
+                  output_names: Sequence[str], output_dir: str, opset: int,
+                  atol: float, rtol: float, batch_sizes: Sequence[int],
+                  examples_dir: Optional[str], schema, tamper_onnx, graph_rewrites: bool,
+                  shown_source: str) -> ImportResult:
     """Runs every step into ``output_dir`` (the Model artifact layout).
 
     ``graph_rewrites=False`` converts the exported ONNX as onnx2tf takes it (no
@@ -669,7 +695,9 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
     worst = max_float_error(checks)
     report = {
         "blessed": blessed,
-        "source": {"kind": source.kind, "path": os.path.abspath(source.path),
+        "source": {"kind": source.kind,
+                   "path": shown_source if fs.is_remote(shown_source)
+                   else os.path.abspath(shown_source),
                    "module_class": source.module_class},
         "opset": opset if source.kind != SOURCE_ONNX else None,
         "inputs": [s.to_text() for s in inputs],

@@ -11,7 +11,7 @@ from tfx import version as tfx_version
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
-from tfx_bridge import properties, schema_file
+from tfx_bridge import fs, properties, schema_file
 from tfx_bridge.components.pytorch_model_importer import convert, signature
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ImporterConfigError,
@@ -44,15 +44,15 @@ TFX_VERSION_PROPERTY = artifact_utils.ARTIFACT_TFX_VERSION_CUSTOM_PROPERTY_KEY
 def resolve_source_path(folder: str, path: str) -> str:
     """``path`` inside the research team's folder, or the one model file there."""
     if path:
-        full = os.path.join(folder, path) if folder else path
-        if not os.path.isfile(full):
+        full = fs.join(folder, path) if folder else path
+        if not fs.isfile(full):
             raise ModelSourceError(f"No model file {path!r} in {folder or 'the local disk'}.")
         return full
-    files = sorted(f for f in os.listdir(folder) if os.path.isfile(os.path.join(folder, f)))
+    files = [f for f in fs.listdir(folder) if fs.isfile(fs.join(folder, f))]
     if len(files) != 1:
         raise ImporterConfigError(
             f"{folder} holds {files}; give source_path to say which file is the model.")
-    return os.path.join(folder, files[0])
+    return fs.join(folder, files[0])
 
 
 def _json(value, default):

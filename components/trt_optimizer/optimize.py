@@ -48,7 +48,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfx_bridge import child, compare, layout, savedmodel
+from tfx_bridge import child, compare, fs, layout, savedmodel
 from tfx_bridge.components.trt_optimizer import tflite
 from tfx_bridge.components.trt_optimizer.detect import Probe
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError, OptimizerError
@@ -132,12 +132,11 @@ def _input_specs(saved_model_dir: str, fn):
     from tfx_bridge import tensorspec
 
     declared = {}
-    report = os.path.join(os.path.dirname(saved_model_dir.rstrip("/")), IMPORTER_REPORT)
-    if os.path.exists(report):
-        with open(report) as f:
-            for text in json.load(f).get("inputs", []):
-                spec = tensorspec.parse_input_spec(text, OptimizerConfigError)
-                declared[spec.name] = spec
+    report = fs.join(fs.dirname(saved_model_dir.rstrip("/")), IMPORTER_REPORT)
+    if fs.exists(report):
+        for text in json.loads(fs.read_text(report)).get("inputs", []):
+            spec = tensorspec.parse_input_spec(text, OptimizerConfigError)
+            declared[spec.name] = spec
     specs = []
     for name, t in sorted(fn.structured_input_signature[1].items()):
         if name in declared:
@@ -337,14 +336,30 @@ CPU_BACKENDS = (BACKEND_ORIGINAL, *sorted(set(_BACKEND.values())))
 # --------------------------------------------------------------------------- optimize
 
 
-def optimize(model_path: str, output_dir: str, precision: str = "fp32",
-             examples_dir: Optional[str] = None, atol: float = DEFAULT_ATOL, rtol: float = 0.0,
-             topk_threshold: float = 1.0, iterations: int = 100,
-             batches: Sequence[int] = DEFAULT_BATCHES, probe: Optional[Probe] = None,
-             op_denylist: Sequence[str] = DEFAULT_OP_DENYLIST,
-             extra_candidates: Optional[Dict[str, Callable]] = None,
-             trt_options: Optional[dict] = None,
-             candidates: Optional[Sequence[str]] = None) -> OptimizeResult:
+def optimize(model_path: str, output_dir: str, *args, **kwargs) -> OptimizeResult:
+    """Optimizes ``model_path`` into ``output_dir``; either may be a URI.
+
+    TF-TRT, XLA and the TFLite converter work on local folders: a remote model
+    (its Model artifact folder, with the importer's report beside
+    Format-Serving) is copied to a local folder first, the output is written
+    locally and uploaded when every step has finished, and both copies are
+    removed. Arguments after the first two are :func:`optimize_local`'s.
+    """
+    if not (fs.is_remote(model_path) or fs.is_remote(output_dir)):
+        return optimize_local(model_path, output_dir, *args, **kwargs)
+    resolve_saved_model(model_path)  # a clear refusal before anything is copied
+    with fs.local_copy(model_path) as local_model, fs.local_output(output_dir) as local_out:
+        return optimize_local(local_model, local_out, *args, **kwargs)
+
+
+def optimize_local(model_path: str, output_dir: str, precision: str = "fp32",
+                   examples_dir: Optional[str] = None, atol: float = DEFAULT_ATOL,
+                   rtol: float = 0.0, topk_threshold: float = 1.0, iterations: int = 100,
+                   batches: Sequence[int] = DEFAULT_BATCHES, probe: Optional[Probe] = None,
+                   op_denylist: Sequence[str] = DEFAULT_OP_DENYLIST,
+                   extra_candidates: Optional[Dict[str, Callable]] = None,
+                   trt_options: Optional[dict] = None,
+                   candidates: Optional[Sequence[str]] = None) -> OptimizeResult:
     """Optimizes ``model_path`` into ``output_dir`` (the Model artifact layout).
 
     ``candidates`` picks which of ``CPU_CANDIDATES`` are tried on a host

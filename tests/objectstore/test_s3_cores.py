@@ -64,31 +64,72 @@ def test_schema_guard_core_on_s3_examples_and_reports(tmp_path, s3_bucket):
     assert fs.exists(fs.join(out, "Split-train", report.ANOMALIES_FILE))
 
 
-def test_cli_validate_s3_paths_exit_0_from_aws_variables(tmp_path, s3_bucket, s3_server):
-    examples = _upload(_ingested(tmp_path), fs.join(s3_bucket, "examples"))
+def _cli(env, *args):
+    return subprocess.run([sys.executable, "-c", "from tfx_bridge import cli; raise SystemExit("
+                           f"cli.main({list(args)!r}))"],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_cli_ingest_then_validate_on_s3_from_aws_variables(tmp_path, s3_bucket, s3_server):
+    base = tmp_path / "in"
+    base.mkdir()
+    pq.write_table(pa.table({"user_id": pa.array(range(40), pa.int64()),
+                             "price": [float(i) / 3 for i in range(40)]}),
+                   str(base / "d.parquet"))
+    fs.copy(str(base / "d.parquet"), fs.join(s3_bucket, "data", "span-1", "d.parquet"))
     schema = fs.join(s3_bucket, "schema.pbtxt")
     fs.write_text(schema, SCHEMA)
-    out = fs.join(s3_bucket, "validated")
     env = {k: v for k, v in os.environ.items() if not k.startswith("S3_")}
     env.update(s3_server)  # only the standard AWS variables
-    proc = subprocess.run([sys.executable, "-c", "from tfx_bridge import cli; raise SystemExit("
-                           f"cli.main(['validate', '--examples', {examples!r}, '--schema', "
-                           f"{schema!r}, '--output', {out!r}, '--quiet']))"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    examples = fs.join(s3_bucket, "examples")
+    proc = _cli(env, "ingest", "--input-base", fs.join(s3_bucket, "data", "span-1"),
+                "--output", examples, "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert fs.listdir(examples) == ["Split-eval", "Split-train", "source_schema.json"]
+    out = fs.join(s3_bucket, "validated")
+    proc = _cli(env, "validate", "--examples", examples, "--schema", schema, "--output", out,
+                "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Clean: no findings." in proc.stdout
-    assert fs.exists(fs.join(out, "report.md"))
+    assert f"Report: {out}/report.md" in proc.stdout
+    assert fs.isfile(fs.join(out, "report.md"))
 
 
 def test_cli_s3_endpoint_without_credentials_names_variables(tmp_path, s3_server):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("S3_", "AWS_ACCESS", "AWS_SECRET"))}
     env["AWS_ENDPOINT_URL"] = s3_server["AWS_ENDPOINT_URL"]
-    proc = subprocess.run([sys.executable, "-c", "from tfx_bridge import cli; raise SystemExit("
-                           "cli.main(['validate', '--examples', 's3://nobucket/ex', '--schema', "
-                           "'s3://nobucket/s.pbtxt', '--output', 's3://nobucket/o']))"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = _cli(env, "validate", "--examples", "s3://nobucket/ex", "--schema",
+                "s3://nobucket/s.pbtxt", "--output", "s3://nobucket/o")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert ("needs credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
             "AWS_PROFILE)") in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_import_then_optimize_s3_source_and_outputs(tmp_path, s3_bucket):
+    torch = __import__("pytest").importorskip("torch", reason="needs the [onnx] extra (torch)")
+    from tfx_bridge.components.pytorch_model_importer import convert, signature
+    from tfx_bridge.components.trt_optimizer import detect, optimize
+    from tfx_bridge.pipelines import demo_models
+
+    local = str(tmp_path / "mlp.pt")
+    torch.save(demo_models.build("mlp").state_dict(), local)
+    weights = fs.join(s3_bucket, "research", "mlp.pt")
+    fs.copy(local, weights)
+    imported = fs.join(s3_bucket, "imported")
+    result = convert.import_model(
+        convert.ModelSource("state_dict", weights, "tfx_bridge.pipelines.demo_models:MLP"),
+        signature.parse_input_specs(["x:float32:-1,8"]), ["logits"], imported)
+    assert result.blessed and result.serving_dir == fs.join(imported, "Format-Serving")
+    report = json.loads(fs.read_text(fs.join(imported, "report.json")))
+    assert report["blessed"] is True and report["source"]["path"] == weights
+    assert fs.isfile(fs.join(imported, "Format-Serving", "saved_model.pb"))
+
+    optimized = fs.join(s3_bucket, "optimized")
+    probe = detect.Probe(False, 0, None, None, "not probed in this test (CPU path)")
+    out = optimize.optimize(imported, optimized, iterations=10, probe=probe)
+    assert out.blessed
+    saved = json.loads(fs.read_text(fs.join(optimized, "report.json")))
+    assert saved["candidate"] == out.report["candidate"]
+    assert fs.isfile(fs.join(optimized, "Format-Serving", "saved_model.pb"))
