@@ -9,7 +9,7 @@ from tfx import v1 as tfx
 from tfx.orchestration import metadata as tfx_metadata
 from tfx.types import artifact_utils
 
-from tfx_bridge import properties, schemas
+from tfx_bridge import fs, properties, schemas, tfrecord
 from tfx_bridge.components.parquet_example_gen import executor as peg_executor
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
 from tfx_bridge.errors import BridgeError
@@ -59,8 +59,7 @@ def run_data_demo(workdir: str, data_root: str,
     anomalies = latest_artifacts(metadata_path, "ExampleAnomalies")[0]
     split_names = artifact_utils.decode_split_names(
         examples.properties["split_names"].string_value)
-    with open(os.path.join(examples.uri, core.SOURCE_SCHEMA_FILE)) as f:
-        source = json.load(f)
+    source = json.loads(fs.read_text(fs.join(examples.uri, core.SOURCE_SCHEMA_FILE)))
     from tensorflow_metadata.proto.v0 import schema_pb2
     from tfx.utils import io_utils
     schema_proto = io_utils.parse_pbtxt_file(os.path.join(schema.uri, "schema.pbtxt"),
@@ -191,12 +190,10 @@ def summarize(metadata_path: str, serving_base_path: str, model_name: str,
 
 def predict_one(saved_model_dir: str, examples_uri: str) -> Dict[str, Any]:
     """One record of the eval split through the pushed model's tf.Example signature."""
-    import glob
-
     import tensorflow as tf
 
-    files = sorted(glob.glob(os.path.join(examples_uri, "Split-eval", "*.gz")))
-    record = next(iter(tf.data.TFRecordDataset(files, compression_type="GZIP").take(1)))
+    files = fs.glob(fs.join(examples_uri, "Split-eval", "*.gz"))
+    record = next(tfrecord.read_batches(files[0], batch_size=1, limit=1)).records[0]
     model = tf.saved_model.load(saved_model_dir)
     result = model.signatures["serving_tf_example"](examples=tf.reshape(record, [1]))
     return {k: v.numpy().tolist()[0] for k, v in sorted(result.items())}

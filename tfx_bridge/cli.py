@@ -94,18 +94,27 @@ def _library_logs(workdir: str, debug: bool, name: str = PIPELINE_LOG):
     if debug:
         yield ""
         return
-    path = os.path.join(workdir, name)
-    os.makedirs(workdir, exist_ok=True)
+    import tempfile
+
+    # A file descriptor needs a local file: for a remote workdir the log is
+    # written locally and uploaded beside the outputs afterwards.
+    remote = fs.is_remote(workdir)
+    local_dir = tempfile.mkdtemp(prefix="tfx-bridge-log-") if remote else workdir
+    path = os.path.join(local_dir, name)
+    os.makedirs(local_dir, exist_ok=True)
     sys.stderr.flush()
     saved = os.dup(2)
     with open(path, "ab") as log:
         os.dup2(log.fileno(), 2)
     try:
-        yield f"; library logs in {path}"
+        yield f"; library logs in {fs.join(workdir, name)}"
     finally:
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
+        if remote:
+            fs.copy(path, fs.join(workdir, name))
+            fs.remove(local_dir)
 
 
 class Progress:
@@ -285,8 +294,7 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
     logs = logs.replace(stage, args.output)
     progress(f"Measured {len(result.report['candidates'])} candidate(s); kept "
              f"{result.report['candidate']} (backend {result.backend})" + logs)
-    with open(os.path.join(args.output, optimize.REPORT_MD)) as f:
-        print(f.read().rstrip())
+    print(fs.read_text(fs.join(args.output, optimize.REPORT_MD)).rstrip())
     progress("Done")
     return {"blessed": result.blessed, "backend": result.backend,
             "precision": result.precision, "requires_gpu": result.requires_gpu,
@@ -303,11 +311,10 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
 
 def _model_properties(model_dir: str) -> Dict[str, Any]:
     """Blessing and serving needs from a Model artifact folder's report.json, if any."""
-    report = os.path.join(model_dir, "report.json")
-    if not os.path.exists(report):
+    report = fs.join(model_dir, "report.json")
+    if not fs.exists(report):
         return {}
-    with open(report) as f:
-        return json.load(f)
+    return json.loads(fs.read_text(report))
 
 
 def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:

@@ -12,7 +12,7 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_bridge import properties, tfrecord
+from tfx_bridge import fs, properties, tfrecord
 from tfx_bridge.components.schema_guard import contract as contracts
 from tfx_bridge.components.schema_guard import guard, report
 from tfx_bridge.components.schema_guard.errors import AnomaliesFound
@@ -51,8 +51,7 @@ class _MergeFindings(beam.CombineFn):
 
 
 def _write_json(findings: guard.Findings, path: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(findings.to_json(), f)
+    fs.write_text(path, json.dumps(findings.to_json()))
 
 
 def scan_with_beam(pipeline: beam.Pipeline, work: List[tuple], config: guard.GuardConfig,
@@ -101,13 +100,12 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         splits = [s for s in artifact_utils.decode_split_names(examples.split_names)
                   if s not in excluded]
         work = [(s, p) for s in splits for p in guard.split_files(examples.uri, s)]
-        os.makedirs(anomalies.uri, exist_ok=True)
-        result_path = os.path.join(anomalies.uri, _SCAN_FILE)
+        fs.makedirs(anomalies.uri)
+        result_path = fs.join(anomalies.uri, _SCAN_FILE)
         with self._make_beam_pipeline() as pipeline:
             scan_with_beam(pipeline, work, config, result_path)
-        with open(result_path, encoding="utf-8") as f:
-            findings = guard.Findings.from_json(json.load(f))
-        os.remove(result_path)
+        findings = guard.Findings.from_json(json.loads(fs.read_text(result_path)))
+        fs.remove(result_path)
         findings.merge(guard.spec_findings(config, guard.read_source_schema(examples.uri)))
 
         context = {"examples": examples.uri, "schema": schema_uri,

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Dict, List, Optional
 
 from absl import logging
@@ -11,7 +10,7 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_bridge import properties
+from tfx_bridge import fs, properties
 from tfx_bridge.components.serving_pusher import serving
 
 MODEL_KEY = "model"
@@ -100,9 +99,8 @@ class Executor(base_executor.BaseExecutor):
         if result.pushed:
             pushed.set_string_custom_property(PUSHED_DESTINATION_PROPERTY, result.destination)
             pushed.set_string_custom_property(PUSHED_VERSION_PROPERTY, str(result.version))
-        os.makedirs(pushed.uri, exist_ok=True)
-        with open(os.path.join(pushed.uri, REPORT_FILE), "w") as f:
-            json.dump({"pushed": result.pushed, "version": result.version,
-                       "destination": result.destination, "reason": result.reason,
-                       "blessings": blessings, **result.details}, f, indent=2, default=str)
+        fs.write_text(fs.join(pushed.uri, REPORT_FILE), json.dumps(
+            {"pushed": result.pushed, "version": result.version,
+             "destination": result.destination, "reason": result.reason,
+             "blessings": blessings, **result.details}, indent=2, default=str))
         logging.info("ServingPusher: %s", result.reason)
