@@ -21,7 +21,6 @@ from tfx_bridge.components.serving_pusher.base_layout import (
     TARGETS,
     WARMUP_DIR,
     WARMUP_FILE,
-    is_remote,
 )
 from tfx_bridge.components.serving_pusher.errors import (
     PusherConfigError,
@@ -187,8 +186,6 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
             warmup_file: Optional[str] = None, label: Optional[str] = "stable",
             digest: Optional[str] = None, lock_timeout_s: float = 600.0) -> int:
     """Stages, fsyncs and renames into the next version; returns it."""
-    if is_remote(base_path):
-        return _publish_object_store(saved_model_dir, base_path, model_name, warmup_file, label)
     model_root = child(base_path, model_name, error=PusherConfigError)
     os.makedirs(model_root, exist_ok=True)
     staging = child(model_root, f"{STAGING_PREFIX}{uuid.uuid4().hex}", error=PusherConfigError)
@@ -218,33 +215,6 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
     finally:
         if os.path.exists(staging):
             shutil.rmtree(staging, ignore_errors=True)
-
-
-def _publish_object_store(saved_model_dir, base_path, model_name, warmup_file, label) -> int:
-    """gs:// and friends: no atomic rename; write the version with saved_model.pb last."""
-    import tensorflow as tf
-
-    model_root = f"{base_path.rstrip('/')}/{model_name}"
-    existing = [int(os.path.basename(p.rstrip("/"))) for p in tf.io.gfile.glob(f"{model_root}/*")
-                if os.path.basename(p.rstrip("/")).isdigit()]
-    version = max(existing, default=0) + 1
-    target = f"{model_root}/{version}"
-    last = None
-    for root, _, files in tf.io.gfile.walk(saved_model_dir):
-        rel = os.path.relpath(root, saved_model_dir)
-        for name in files:
-            src = f"{root}/{name}"
-            if rel == "." and name == "saved_model.pb":
-                last = src
-                continue
-            dst = f"{target}/{rel}/{name}" if rel != "." else f"{target}/{name}"
-            tf.io.gfile.makedirs(os.path.dirname(dst))
-            tf.io.gfile.copy(src, dst, overwrite=True)
-    if warmup_file:
-        tf.io.gfile.makedirs(f"{target}/{WARMUP_DIR}")
-        tf.io.gfile.copy(warmup_file, f"{target}/{WARMUP_DIR}/{WARMUP_FILE}", overwrite=True)
-    tf.io.gfile.copy(last, f"{target}/saved_model.pb", overwrite=True)
-    return version
 
 
 def clean_stale_staging(model_root: str) -> List[str]:

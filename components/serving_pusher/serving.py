@@ -31,6 +31,7 @@ import dataclasses
 import os
 from typing import Dict, Optional, Sequence
 
+from tfx_bridge import fs
 from tfx_bridge.components.serving_pusher.base_layout import (  # noqa: F401  (re-exported)
     BATCHING_DEFAULTS,
     BATCHING_FILE,
@@ -116,13 +117,41 @@ class PushResult:
     details: dict
 
 
-def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "stable",
-         target: str = "cpu", requires_gpu: bool = False,
-         serving_flags: Sequence[str] = (), examples_dir: Optional[str] = None,
-         allow_contract_change: bool = False, keep_versions: int = 5,
-         warmup_records: int = 10, blessings: Optional[Dict[str, Optional[int]]] = None,
-         batching_overrides: Optional[dict] = None,
-         server_base_path: str = SERVER_MOUNT, lock_timeout_s: float = 600.0) -> PushResult:
+def check_base_path(base_path: str) -> None:
+    """Object-store base paths are refused until pushes there allocate versions and
+    update state without a lock (issue 14); a push must never fall back to a
+    local folder named ``s3:``."""
+    if fs.is_remote(base_path):
+        raise PusherConfigError(
+            f"Base path {base_path}: ServingPusher publishes to local or mounted folders "
+            "(it needs flock and an atomic rename); object-store base paths are not "
+            "supported yet. Push to a folder the server mounts (e.g. a persistent volume).")
+
+
+def push(saved_model_dir: str, base_path: str, model_name: str, *args, **kwargs
+         ) -> PushResult:
+    """:func:`push_local` for a model folder that may be a URI (an artifact under
+    an ``s3://`` or ``gs://`` pipeline root): it is copied to a local folder
+    first, so the checks, the fresh-process load and the copy see the same bytes.
+    """
+    check_base_path(base_path)
+    check_model_name(model_name)
+    if not fs.is_remote(saved_model_dir):
+        return push_local(saved_model_dir, base_path, model_name, *args, **kwargs)
+    if not fs.isfile(fs.join(saved_model_dir, "saved_model.pb")):
+        raise PusherConfigError(f"{saved_model_dir} has no saved_model.pb.")
+    with fs.local_copy(saved_model_dir, prefix="tfx-bridge-push-") as local:
+        return push_local(local, base_path, model_name, *args, **kwargs)
+
+
+def push_local(saved_model_dir: str, base_path: str, model_name: str, label: str = "stable",
+               target: str = "cpu", requires_gpu: bool = False,
+               serving_flags: Sequence[str] = (), examples_dir: Optional[str] = None,
+               allow_contract_change: bool = False, keep_versions: int = 5,
+               warmup_records: int = 10, blessings: Optional[Dict[str, Optional[int]]] = None,
+               batching_overrides: Optional[dict] = None,
+               server_base_path: str = SERVER_MOUNT, lock_timeout_s: float = 600.0
+               ) -> PushResult:
     """Gate, check, warm up, publish atomically, then write configs and retain.
 
     ``blessings`` maps a gate's name to its ``blessed`` value (None: the gate
@@ -145,7 +174,7 @@ def push(saved_model_dir: str, base_path: str, model_name: str, label: str = "st
         raise PusherConfigError(f"keep_versions must be >= 1, got {keep_versions}.")
     check_target(target, serving_flags)
     batching_text(target, batching_overrides)
-    if examples_dir is not None and not os.path.isdir(examples_dir):
+    if examples_dir is not None and not fs.isdir(examples_dir):
         raise PusherConfigError(
             f"Examples folder {examples_dir} does not exist: give an Examples artifact folder "
             "(Split-*/), or leave it out to synthesize warmup requests.")
@@ -230,6 +259,7 @@ def rollback(base_path: str, model_name: str, to_version: int,
     flags) unless ``target`` says otherwise. A mistyped model name or base path
     writes nothing.
     """
+    check_base_path(base_path)
     check_model_name(model_name)
     model_root = os.path.join(base_path, model_name)
     if not versions(model_root):

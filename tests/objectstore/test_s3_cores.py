@@ -133,3 +133,46 @@ def test_import_then_optimize_s3_source_and_outputs(tmp_path, s3_bucket):
     saved = json.loads(fs.read_text(fs.join(optimized, "report.json")))
     assert saved["candidate"] == out.report["candidate"]
     assert fs.isfile(fs.join(optimized, "Format-Serving", "saved_model.pb"))
+
+
+def _tiny_saved_model(path: str) -> str:
+    import tensorflow as tf
+
+    class M(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(2.0)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def serve(self, x):
+            return {"score": tf.reduce_sum(x, axis=1) * self.w}
+
+    m = M()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
+    return path
+
+
+def test_push_model_from_s3_to_local_base_path(tmp_path, s3_bucket):
+    from tfx_bridge.components.serving_pusher import serving
+
+    remote = fs.join(s3_bucket, "optimized", "Format-Serving")
+    fs.copy_tree(_tiny_saved_model(str(tmp_path / "m")), remote)
+    result = serving.push(remote, str(tmp_path / "serving"), "ctr")
+    assert result.pushed and result.version == 1
+    assert (tmp_path / "serving" / "ctr" / "1" / "saved_model.pb").is_file()
+
+
+def test_push_object_store_base_path_refused_nothing_written(tmp_path, s3_bucket,
+                                                             monkeypatch):
+    import pytest
+
+    from tfx_bridge.components.serving_pusher import serving
+    from tfx_bridge.components.serving_pusher.errors import PusherConfigError
+
+    monkeypatch.chdir(tmp_path)
+    model = _tiny_saved_model(str(tmp_path / "m"))
+    with pytest.raises(PusherConfigError, match=r"object-store base paths are not supported"):
+        serving.push(model, fs.join(s3_bucket, "serving"), "ctr")
+    with pytest.raises(PusherConfigError, match=r"object-store base paths are not supported"):
+        serving.rollback(fs.join(s3_bucket, "serving"), "ctr", 1)
+    assert sorted(os.listdir(tmp_path)) == ["m"]  # no local folder named "s3:"
+    assert fs.listdir(s3_bucket) == []
