@@ -7,6 +7,29 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest  # noqa: E402
 
+# Files that each take a minute or more, started first: under `--dist loadfile`
+# xdist hands out files in collection order, and a long file collected last
+# leaves one worker running it alone at the end (a few minutes of the suite).
+LONGEST_FIRST = (
+    "kubeflow/test_local_run.py",
+    "tfx_bridge/test_cli.py",
+    "pipelines/test_lifecycle.py",
+    "components/pytorch_model_importer/test_zoo_attention.py",
+    "components/pytorch_model_importer/test_component.py",
+    "components/serving_pusher/test_serving.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item) -> int:
+        path = str(item.fspath).replace(os.sep, "/")
+        for i, suffix in enumerate(LONGEST_FIRST):
+            if path.endswith("tests/" + suffix):
+                return i
+        return len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order inside each file is kept
+
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory):
