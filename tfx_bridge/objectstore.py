@@ -10,8 +10,12 @@ through boto3 with ``--s3_*`` pipeline options. Users set what boto3 reads:
 - ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``) for MinIO and other
   S3-compatible servers
 
-and :func:`enable_s3` maps them onto tensorflow-io's variables;
-:func:`beam_s3_args` onto Beam's options (explicit options win). No TFX imports.
+and :func:`tfio_env` maps them onto tensorflow-io's variables (for stock TFX
+components, which read s3 through tf.io.gfile), :func:`beam_s3_args` onto
+Beam's options (explicit options win). tfx-bridge's own cores read s3 through
+boto3 (:mod:`tfx_bridge.s3`): tensorflow-io 0.37.1, the last release for TF
+2.16, aborts a process that used its S3 filesystem at exit (exit 134,
+tensorflow/io#2039). No TFX imports.
 
 Example:
     >>> env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_DEFAULT_REGION": "eu-west-1"}
@@ -21,14 +25,10 @@ Example:
 from __future__ import annotations
 
 import os
-import threading
 from typing import Dict, List, Mapping, Optional, Sequence
 from urllib.parse import urlparse
 
 from tfx_bridge.errors import BridgeError
-
-_LOCK = threading.Lock()
-_ENABLED = False
 
 CREDENTIAL_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
@@ -70,25 +70,6 @@ def check_credentials(env: Mapping[str, str] = os.environ) -> None:
             f"credentials: set {' and '.join(missing)} (or AWS_PROFILE).")
 
 
-def enable_s3() -> None:
-    """Makes ``s3://`` readable by tf.io.gfile in this process (idempotent)."""
-    global _ENABLED
-    if _ENABLED:
-        return
-    with _LOCK:
-        if _ENABLED:
-            return
-        check_credentials()
-        for key, value in tfio_env().items():
-            os.environ.setdefault(key, value)
-        try:
-            import tensorflow_io  # noqa: F401  (registers s3:// with tf.io.gfile)
-        except ImportError as e:
-            raise ObjectStoreError(
-                "s3:// paths need tensorflow-io: pip install 'tfx-bridge[s3]'.") from e
-        _ENABLED = True
-
-
 def _has_option(args: Sequence[str], name: str) -> bool:
     return any(a == name or a.startswith(name + "=") for a in args)
 
@@ -112,7 +93,3 @@ def set_beam_options(args: Sequence[str]) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     FileSystems.set_options(PipelineOptions(list(args)))
-
-
-def uses_s3(*paths: Optional[str]) -> bool:
-    return any(p and str(p).startswith("s3://") for p in paths)

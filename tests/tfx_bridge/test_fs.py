@@ -1,0 +1,46 @@
+"""tfx_bridge.fs on local disk (s3 is tested against a server in tests/objectstore)."""
+from __future__ import annotations
+
+import os
+import threading
+
+from tfx_bridge import fs
+
+
+def test_create_if_absent_one_winner_among_concurrent_creators(tmp_path):
+    path = str(tmp_path / "markers" / "7")
+    wins = []
+
+    def create(i):
+        if fs.create_if_absent(path, str(i).encode()):
+            wins.append(i)
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    assert fs.read_text(path) == str(wins[0])
+
+
+def test_copy_tree_copies_named_files_last(tmp_path, monkeypatch):
+    src = tmp_path / "src"
+    (src / "variables").mkdir(parents=True)
+    for rel in ("saved_model.pb", "variables/v.data", "fingerprint.pb"):
+        (src / rel).write_text(rel)
+    order = []
+    real_copy = fs.copy
+    monkeypatch.setattr(fs, "copy", lambda a, b, overwrite=True: (order.append(
+        os.path.relpath(b, str(tmp_path / "dst"))), real_copy(a, b, overwrite)))
+    fs.copy_tree(str(src), str(tmp_path / "dst"), last=("saved_model.pb",))
+    assert order[-1] == "saved_model.pb" and len(order) == 3
+    assert fs.files_under(str(tmp_path / "dst")) == ["fingerprint.pb", "saved_model.pb",
+                                                     "variables/v.data"]
+
+
+def test_write_bytes_local_never_leaves_a_half_file(tmp_path):
+    path = str(tmp_path / "a" / "report.json")
+    fs.write_text(path, "{}")
+    assert fs.read_text(path) == "{}"
+    assert os.listdir(tmp_path / "a") == ["report.json"]  # no temp file left behind

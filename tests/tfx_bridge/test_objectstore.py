@@ -1,0 +1,34 @@
+"""tfx_bridge.objectstore: the AWS variables mapped for Beam and tensorflow-io."""
+from __future__ import annotations
+
+import pytest
+
+from tfx_bridge import objectstore
+
+ENV = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "eu-west-1",
+       "AWS_ENDPOINT_URL": "https://minio.example:9000"}
+
+
+def test_beam_s3_args_endpoint_and_region_never_credentials():
+    args = objectstore.beam_s3_args(env=ENV)
+    assert args == ["--s3_endpoint_url=https://minio.example:9000",
+                    "--s3_region_name=eu-west-1"]
+
+
+def test_beam_s3_args_explicit_options_win():
+    explicit = ["--s3_endpoint_url=http://other:1", "--runner=DirectRunner"]
+    assert objectstore.beam_s3_args(explicit, env=ENV) == ["--s3_region_name=eu-west-1"]
+
+
+def test_tfio_env_https_endpoint_and_existing_values_kept():
+    assert objectstore.tfio_env(ENV) == {"S3_ENDPOINT": "https://minio.example:9000",
+                                         "S3_USE_HTTPS": "1"}
+    assert objectstore.tfio_env({**ENV, "S3_ENDPOINT": "x"}) == {}
+
+
+def test_custom_endpoint_without_keys_names_the_variables():
+    with pytest.raises(objectstore.ObjectStoreError,
+                       match=r"needs credentials: set AWS_SECRET_ACCESS_KEY \(or AWS_PROFILE\)"):
+        objectstore.check_credentials({"AWS_ENDPOINT_URL": "http://x:9000",
+                                       "AWS_ACCESS_KEY_ID": "k"})
+    objectstore.check_credentials({"AWS_REGION": "us-east-1"})  # AWS itself: roles work
