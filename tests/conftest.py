@@ -7,9 +7,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest  # noqa: E402
 
-# Files that each take a minute or more, started first: under `--dist loadfile`
-# xdist hands out files in collection order, and a long file collected last
-# leaves one worker running it alone at the end (a few minutes of the suite).
+# Files that each take a minute or more, started first: under `--dist loadfile
+# --no-loadscope-reorder` (make test) xdist hands out files in collection order;
+# by default it orders them by test count, which puts the one-test pipeline
+# files last and leaves one worker running one alone at the end.
 LONGEST_FIRST = (
     "kubeflow/test_local_run.py",
     "tfx_bridge/test_cli.py",
