@@ -37,7 +37,7 @@ DEFAULT_MAX_BATCH_BYTES = 64 << 20
 _CHUNK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
 _HEADER = 12
-_MASK_DELTA = 0xA282EAD8
+MASK_DELTA = 0xA282EAD8  # TFRecord's CRC mask (crc rotated right by 15, plus this)
 
 
 def masked_crc(data: bytes) -> int:
@@ -48,7 +48,7 @@ def masked_crc(data: bytes) -> int:
 
 
 def _mask(crc: int) -> int:
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + MASK_DELTA) & 0xFFFFFFFF
 
 
 @dataclasses.dataclass

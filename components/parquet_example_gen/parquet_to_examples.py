@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import apache_beam as beam
@@ -36,6 +35,7 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfx_bridge import fs, tfrecord
 from tfx_bridge.components.parquet_example_gen.arrow_convert import (
     convert_batch,
     encode_batch,
@@ -224,18 +224,11 @@ def remove_outputs(split_uris: Dict[str, str]) -> None:
 
 
 def count_records(split_uri: str) -> int:
-    """Records in a split folder (reads the files; for summaries and tests)."""
-    total = 0
-    pattern = FileSystems.join(split_uri, f"{RECORD_FILE_PREFIX}*{RECORD_FILE_SUFFIX}")
-    for m in FileSystems.match([pattern])[0].metadata_list:
-        with FileSystems.open(m.path, compression_type=CompressionTypes.GZIP) as f:
-            data = b"".join(iter(lambda: f.read(1 << 20), b""))
-        pos = 0
-        while pos < len(data):
-            (length,) = struct.unpack_from("<Q", data, pos)
-            pos += 12 + length + 4
-            total += 1
-    return total
+    """Records in a split folder (reads the files, in bounded batches, with
+    tfx_bridge.tfrecord's checks; for summaries and tests)."""
+    pattern = fs.join(split_uri, f"{RECORD_FILE_PREFIX}*{RECORD_FILE_SUFFIX}")
+    return sum(len(batch.records) for path in fs.glob(pattern)
+               for batch in tfrecord.read_batches(path, error=ParquetDataError))
 
 
 __all__ = [

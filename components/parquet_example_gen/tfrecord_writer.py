@@ -10,28 +10,12 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io import filebasedsink
 from apache_beam.io.filesystem import CompressionTypes
+from google_crc32c import value as _CRC32C  # C implementation
 
 from tfx_bridge.components.parquet_example_gen.arrow_types import (
     RECORD_FILE_SUFFIX,
 )
-
-
-def _crc32c_fn():
-    try:
-        import google_crc32c  # C implementation, a Beam[gcp] dependency
-        return google_crc32c.value
-    except ImportError:  # pragma: no cover - depends on the environment
-        import crcmod.predefined
-        return crcmod.predefined.mkPredefinedCrcFun("crc-32c")
-
-
-_CRC32C = _crc32c_fn()
-
-
-def _masked_crc(data: bytes) -> bytes:
-    crc = _CRC32C(data)
-    return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
-
+from tfx_bridge.tfrecord import MASK_DELTA, masked_crc
 
 _HEADERS: Dict[int, bytes] = {}
 
@@ -41,7 +25,7 @@ def _header(length: int) -> bytes:
     header = _HEADERS.get(length)
     if header is None:
         packed = struct.pack("<Q", length)
-        header = packed + _masked_crc(packed)
+        header = packed + struct.pack("<I", masked_crc(packed))
         if len(_HEADERS) < 1 << 16:
             _HEADERS[length] = header
     return header
@@ -64,7 +48,7 @@ _LARGE_RECORD = 1 << 20
 def _framed_parts(records: Sequence[bytes]):
     n = len(records)
     crcs = np.fromiter(map(_CRC32C, records), dtype=np.uint32, count=n)
-    masked = (((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + np.uint32(0xA282EAD8))
+    masked = (((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + np.uint32(MASK_DELTA))
     trailer = masked.astype("<u4").tobytes()
     headers = [_header(len(r)) for r in records]
     trailers = [trailer[i:i + 4] for i in range(0, 4 * n, 4)]
