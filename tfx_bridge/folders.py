@@ -18,9 +18,7 @@ from __future__ import annotations
 import os
 from typing import List
 
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root + os.sep)
+from tfx_bridge.names import is_inside
 
 
 def unsafe_links(folder: str) -> List[str]:
@@ -36,10 +34,10 @@ def unsafe_links(folder: str) -> List[str]:
                 continue
             target = os.path.realpath(path)
             rel = os.path.relpath(path, folder)
-            if not _inside(target, root):
+            if not is_inside(target, root):
                 problems.append(f"{rel} -> {os.readlink(path)} (outside the folder)")
             elif not os.path.exists(target):
                 problems.append(f"{rel} -> {os.readlink(path)} (dangling)")
-            elif os.path.isdir(target) and _inside(os.path.realpath(dirpath), target):
+            elif os.path.isdir(target) and is_inside(dirpath, target):
                 problems.append(f"{rel} -> {os.readlink(path)} (a loop: it contains itself)")
     return problems

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfx_bridge import fs
 from tfx_bridge.components.parquet_example_gen.arrow_types import (
     DEFAULT_BATCH_SIZE,
     FEATURE_FLOAT,
@@ -134,19 +135,15 @@ class IngestPlan:
                 c.name: {"arrow_type": c.arrow_type, "feature": c.feature, "list": c.is_list}
                 for c in self.columns
             },
-            "files": [os.path.relpath(f, self.input_base) if not _is_remote(f) else f
+            "files": [os.path.relpath(f, self.input_base) if not fs.is_remote(f) else f
                       for f in self.files],
             "num_rows": self.num_rows,
         }
 
 
-def _is_remote(path: str) -> bool:
-    return "://" in path
-
-
 def relative_path(path: str, base: str) -> str:
     """A short file name for messages: relative to the input base when under it."""
-    if not _is_remote(path) and base and not _is_remote(base):
+    if not fs.is_remote(path) and base and not fs.is_remote(base):
         rel = os.path.relpath(path, base)
         if not rel.startswith(".."):
             return rel
@@ -185,7 +182,7 @@ def match_files(input_base: str, pattern: str) -> List[str]:
         raise ParquetInputError(
             f"No file matches {pattern!r} under {input_base!r}. Check the split pattern: a "
             "glob relative to the input base, e.g. '*.parquet' or 'span-1/*.parquet'.")
-    special = [f for f in files if not _is_remote(f) and not _is_regular(f)]
+    special = [f for f in files if not fs.is_remote(f) and not _is_regular(f)]
     if special:
         # A FIFO would block the footer read forever; a device could stream without end.
         raise ParquetInputError(

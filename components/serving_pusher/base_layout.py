@@ -33,7 +33,4 @@ _BATCHING_FIELDS = {"max_batch_size", "batch_timeout_micros", "max_enqueued_batc
                     "thread_pool_name"}
 
 
-def is_remote(path: str) -> bool:
-    return "://" in path
-
 
