@@ -34,16 +34,24 @@ _NOISE = ("Graph execution error", "Detected at", "Traceback", "File ", "[[",
           "<stack traces")
 
 
-def short_message(error: BaseException) -> str:
-    """``Type: the informative line`` of an exception, for a report or table cell.
+def informative_line(error: BaseException) -> str:
+    """The line of an exception that says what went wrong (at most 300 characters).
 
     TF's errors open with boilerplate ("Graph execution error:", "Detected at
-    node ...", "<stack traces unavailable>") and prefix the real line with
-    ``{{function_node ...}}``; both are skipped.
+    node ...", "<stack traces unavailable>"), prefix the real line with
+    ``{{function_node ...}}`` and end eager errors with an ``[Op:Name]`` tag;
+    all are skipped.
     """
     import re
 
     prefix = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
-    lines = [prefix.sub("", ln.strip()) for ln in str(error).splitlines() if ln.strip()]
+    op_tag = re.compile(r"\s*\[Op:\w+\]$")
+    lines = [op_tag.sub("", prefix.sub("", ln.strip())) for ln in str(error).splitlines()
+             if ln.strip()]
     useful = [ln for ln in lines if not ln.startswith(_NOISE)]
-    return f"{type(error).__name__}: {(useful or lines or [''])[0][:300]}"
+    return (useful or lines or [""])[0][:300]
+
+
+def short_message(error: BaseException) -> str:
+    """``Type: the informative line`` of an exception, for a report or table cell."""
+    return f"{type(error).__name__}: {informative_line(error)}"

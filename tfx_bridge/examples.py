@@ -11,7 +11,7 @@ from typing import Dict, Optional, Sequence, Type
 import numpy as np
 
 from tfx_bridge import fs, tfrecord
-from tfx_bridge.errors import BridgeError
+from tfx_bridge.errors import BridgeError, informative_line
 from tfx_bridge.tensorspec import TensorSpec
 
 
@@ -78,16 +78,8 @@ def inputs_from_examples(examples_dir: str, inputs: Sequence[TensorSpec], count:
         parsed = parse_examples(serialized, inputs, error)
     except tf.errors.InvalidArgumentError as e:
         raise error(f"The Examples at {examples_dir} do not parse as the model's inputs "
-                    f"({', '.join(s.to_text() for s in inputs)}): {_tf_message(e)}") from e
+                    f"({', '.join(s.to_text() for s in inputs)}): {informative_line(e)}") from e
     return {spec.name: parsed[spec.name].numpy() for spec in inputs}
-
-
-def _tf_message(e) -> str:
-    """TF's error text without its ``{{function_node ...}}`` prefix and op suffix."""
-    import re
-
-    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", e.message)
-    return re.sub(r"\s*\[Op:\w+\]\s*$", "", text).strip()
 
 
 def tile_rows(rows: Dict[str, np.ndarray], batch: int, start: int = 0
