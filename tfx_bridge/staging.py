@@ -35,18 +35,6 @@ STAGING_PREFIX = ".tfx-bridge-staging-"
 REPLACED_PREFIX = ".tfx-bridge-replaced-"
 
 
-def _join(a: str, b: str) -> str:
-    return child(a, b)
-
-
-def _entries(folder: str) -> list:
-    return fs.listdir(folder)
-
-
-def _remove(path: str) -> None:
-    fs.remove(path)
-
-
 @contextlib.contextmanager
 def staged_output(output: str, owned: Sequence[str], verb: str,
                   error: Type[Exception] = BridgeError) -> Iterator[str]:
@@ -58,12 +46,12 @@ def staged_output(output: str, owned: Sequence[str], verb: str,
         raise error(f"--output {output} is a file. Give a folder (new or from an earlier "
                     f"`{verb}` run).")
     if fs.isdir(output):
-        leftovers = [e for e in _entries(output)
-                     if e.startswith((STAGING_PREFIX, REPLACED_PREFIX))]
+        entries = fs.listdir(output)
+        leftovers = [e for e in entries if e.startswith((STAGING_PREFIX, REPLACED_PREFIX))]
         for e in leftovers:  # from a run killed before it cleaned up
-            _remove(_join(output, e))
-        foreign = [e for e in _entries(output)
-                   if not any(fnmatch.fnmatchcase(e, p) for p in owned)]
+            fs.remove(child(output, e))
+        foreign = [e for e in entries if e not in leftovers
+                   and not any(fnmatch.fnmatchcase(e, p) for p in owned)]
         if foreign:
             raise error(
                 f"--output {output} holds {foreign[:5]}{' ...' if len(foreign) > 5 else ''}, "
@@ -72,28 +60,28 @@ def staged_output(output: str, owned: Sequence[str], verb: str,
                 "wrote.")
     fs.makedirs(output)
     run_id = uuid.uuid4().hex[:12]
-    stage = _join(output, STAGING_PREFIX + run_id)
+    stage = child(output, STAGING_PREFIX + run_id)
     fs.makedirs(stage)
     try:
         yield stage
     except BaseException:
-        _remove(stage)
+        fs.remove(stage)
         raise
-    _swap_in(output, stage, _join(output, REPLACED_PREFIX + run_id))
+    _swap_in(output, stage, child(output, REPLACED_PREFIX + run_id))
 
 
 def _swap_in(output: str, stage: str, replaced: str) -> None:
     """Earlier entries aside, new ones in, earlier ones deleted. On local disk
     each move is a rename; on object stores a copy and a delete."""
-    old = [e for e in _entries(output) if not e.startswith((STAGING_PREFIX, REPLACED_PREFIX))]
+    old = [e for e in fs.listdir(output) if not e.startswith((STAGING_PREFIX, REPLACED_PREFIX))]
     if old:
         fs.makedirs(replaced)
         for e in old:
-            fs.rename(_join(output, e), _join(replaced, e))
-    for e in _entries(stage):
-        fs.rename(_join(stage, e), _join(output, e))
-    _remove(stage)
-    _remove(replaced)
+            fs.rename(child(output, e), child(replaced, e))
+    for e in fs.listdir(stage):
+        fs.rename(child(stage, e), child(output, e))
+    fs.remove(stage)
+    fs.remove(replaced)
 
 
 def final_path(path: str, stage: str, output: str) -> str:
