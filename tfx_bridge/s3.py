@@ -10,6 +10,8 @@ see :mod:`tfx_bridge.objectstore`). Folders are key prefixes; a key ending in
 from __future__ import annotations
 
 import fnmatch
+import functools
+import inspect
 import io
 import threading
 from typing import Iterator, List, Optional, Tuple
@@ -29,6 +31,51 @@ def _client():
             raise ObjectStoreError("s3:// paths need boto3: pip install 'tfx-bridge[s3]'.") from e
         client = _LOCAL.client = boto3.session.Session().client("s3")
     return client
+
+
+def _reported(fn):
+    """Turns boto3's errors into one ObjectStoreError naming the path and the fix
+    (the CLI prints it as a refusal, exit 2, instead of an internal error)."""
+
+    def translate(path: str, e: Exception) -> Exception:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(e, ClientError):
+            err = e.response.get("Error", {})
+            return ObjectStoreError(
+                f"{path}: {err.get('Code')} ({err.get('Message')}). Check the bucket name, "
+                "and that AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY may access it.")
+        if isinstance(e, BotoCoreError):
+            return ObjectStoreError(f"{path}: {e}. Check AWS_ENDPOINT_URL, AWS_REGION and the "
+                                    "network.")
+        return e
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def generator(path, *args, **kwargs):
+            try:
+                yield from fn(path, *args, **kwargs)
+            except ObjectStoreError:
+                raise
+            except Exception as e:
+                mapped = translate(path, e)
+                if mapped is e:
+                    raise
+                raise mapped from e
+        return generator
+
+    @functools.wraps(fn)
+    def call(path, *args, **kwargs):
+        try:
+            return fn(path, *args, **kwargs)
+        except ObjectStoreError:
+            raise
+        except Exception as e:
+            mapped = translate(path, e)
+            if mapped is e:
+                raise
+            raise mapped from e
+    return call
 
 
 def split(path: str) -> Tuple[str, str]:
@@ -62,6 +109,7 @@ def _keys(bucket: str, prefix: str, delimiter: Optional[str] = None):
     return keys, prefixes
 
 
+@_reported
 def isfile(path: str) -> bool:
     from botocore.exceptions import ClientError
 
@@ -77,6 +125,7 @@ def isfile(path: str) -> bool:
         raise
 
 
+@_reported
 def isdir(path: str) -> bool:
     bucket, key = split(path)
     page = _client().list_objects_v2(Bucket=bucket, Prefix=_prefix(key), MaxKeys=1)
@@ -87,6 +136,7 @@ def exists(path: str) -> bool:
     return isfile(path) or isdir(path)
 
 
+@_reported
 def listdir(path: str) -> List[str]:
     bucket, key = split(path)
     prefix = _prefix(key)
@@ -96,16 +146,21 @@ def listdir(path: str) -> List[str]:
     return sorted(n for n in names if n)
 
 
+@_reported
 def walk(top: str) -> Iterator[Tuple[str, List[str], List[str]]]:
-    dirs = [d for d in listdir(top) if isdir(f"{top.rstrip('/')}/{d}")]
+    """A walk like the os module's, one listing per folder: sub-prefixes are the folders, keys
+    the files (folder markers, keys ending in "/", are skipped)."""
     bucket, key = split(top)
-    keys, _ = _keys(bucket, _prefix(key), "/")
-    files = sorted(k[len(_prefix(key)):] for k in keys if not k.endswith("/"))
+    prefix = _prefix(key)
+    keys, prefixes = _keys(bucket, prefix, "/")
+    dirs = sorted(p[len(prefix):].rstrip("/") for p in prefixes)
+    files = sorted(k[len(prefix):] for k in keys if not k.endswith("/"))
     yield top.rstrip("/"), dirs, files
     for d in dirs:
         yield from walk(f"{top.rstrip('/')}/{d}")
 
 
+@_reported
 def glob(pattern: str) -> List[str]:
     """Keys matching ``pattern`` ('*' does not cross '/')."""
     bucket, key = split(pattern)
@@ -122,6 +177,7 @@ def glob(pattern: str) -> List[str]:
     return sorted(out)
 
 
+@_reported
 def size(path: str) -> int:
     bucket, key = split(path)
     return int(_client().head_object(Bucket=bucket, Key=key)["ContentLength"])
@@ -172,6 +228,7 @@ class _Writer(io.RawIOBase):
         super().close()
 
 
+@_reported
 def open_file(path: str, mode: str = "rb"):
     if mode in ("rb", "r"):
         raw = _Reader(path)
@@ -182,16 +239,19 @@ def open_file(path: str, mode: str = "rb"):
     raise ValueError(f"mode {mode!r}")
 
 
+@_reported
 def read_bytes(path: str) -> bytes:
     bucket, key = split(path)
     return _client().get_object(Bucket=bucket, Key=key)["Body"].read()
 
 
+@_reported
 def write_bytes(path: str, data: bytes) -> None:
     bucket, key = split(path)
     _client().put_object(Bucket=bucket, Key=key, Body=data)
 
 
+@_reported
 def create_if_absent(path: str, data: bytes) -> bool:
     """Writes ``path`` only if no object is there (S3 ``If-None-Match: *``);
     False when another writer got there first. Two concurrent callers never
@@ -209,12 +269,14 @@ def create_if_absent(path: str, data: bytes) -> bool:
         raise
 
 
+@_reported
 def copy(src: str, dst: str) -> None:
     sb, sk = split(src)
     db, dk = split(dst)
     _client().copy({"Bucket": sb, "Key": sk}, db, dk)
 
 
+@_reported
 def remove(path: str) -> None:
     """Deletes an object, or every object under a prefix."""
     bucket, key = split(path)

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -64,13 +62,8 @@ def test_schema_guard_core_on_s3_examples_and_reports(tmp_path, s3_bucket):
     assert fs.exists(fs.join(out, "Split-train", report.ANOMALIES_FILE))
 
 
-def _cli(env, *args):
-    return subprocess.run([sys.executable, "-c", "from tfx_bridge import cli; raise SystemExit("
-                           f"cli.main({list(args)!r}))"],
-                          capture_output=True, text=True, env=env, timeout=300)
-
-
-def test_cli_ingest_then_validate_on_s3_from_aws_variables(tmp_path, s3_bucket, s3_server):
+def test_cli_ingest_then_validate_on_s3_from_aws_variables(tmp_path, s3_bucket, s3_server,
+                                                           cli_in_child):
     base = tmp_path / "in"
     base.mkdir()
     pq.write_table(pa.table({"user_id": pa.array(range(40), pa.int64()),
@@ -82,25 +75,26 @@ def test_cli_ingest_then_validate_on_s3_from_aws_variables(tmp_path, s3_bucket, 
     env = {k: v for k, v in os.environ.items() if not k.startswith("S3_")}
     env.update(s3_server)  # only the standard AWS variables
     examples = fs.join(s3_bucket, "examples")
-    proc = _cli(env, "ingest", "--input-base", fs.join(s3_bucket, "data", "span-1"),
-                "--output", examples, "--quiet")
+    proc = cli_in_child("ingest", "--input-base", fs.join(s3_bucket, "data", "span-1"),
+                        "--output", examples, "--quiet", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert fs.listdir(examples) == ["Split-eval", "Split-train", "source_schema.json"]
     out = fs.join(s3_bucket, "validated")
-    proc = _cli(env, "validate", "--examples", examples, "--schema", schema, "--output", out,
-                "--quiet")
+    proc = cli_in_child("validate", "--examples", examples, "--schema", schema, "--output",
+                        out, "--quiet", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Clean: no findings." in proc.stdout
     assert f"Report: {out}/report.md" in proc.stdout
     assert fs.isfile(fs.join(out, "report.md"))
 
 
-def test_cli_s3_endpoint_without_credentials_names_variables(tmp_path, s3_server):
+def test_cli_s3_endpoint_without_credentials_names_variables(tmp_path, s3_server,
+                                                             cli_in_child):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("S3_", "AWS_ACCESS", "AWS_SECRET"))}
     env["AWS_ENDPOINT_URL"] = s3_server["AWS_ENDPOINT_URL"]
-    proc = _cli(env, "validate", "--examples", "s3://nobucket/ex", "--schema",
-                "s3://nobucket/s.pbtxt", "--output", "s3://nobucket/o")
+    proc = cli_in_child("validate", "--examples", "s3://nobucket/ex", "--schema",
+                        "s3://nobucket/s.pbtxt", "--output", "s3://nobucket/o", env=env)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert ("needs credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
             "AWS_PROFILE)") in proc.stderr
@@ -176,3 +170,15 @@ def test_push_object_store_base_path_refused_nothing_written(tmp_path, s3_bucket
         serving.rollback(fs.join(s3_bucket, "serving"), "ctr", 1)
     assert sorted(os.listdir(tmp_path)) == ["m"]  # no local folder named "s3:"
     assert fs.listdir(s3_bucket) == []
+
+
+def test_s3_missing_bucket_is_a_refusal_naming_the_path(s3_server):
+    import pytest
+
+    from tfx_bridge.objectstore import ObjectStoreError
+
+    with pytest.raises(ObjectStoreError, match=r"s3://no-such-bucket-here/x: NoSuchBucket .*"
+                       r"Check the bucket name"):
+        fs.listdir("s3://no-such-bucket-here/x")
+    with pytest.raises(ObjectStoreError, match=r"NoSuchBucket"):
+        list(fs.walk("s3://no-such-bucket-here/x"))
