@@ -155,6 +155,22 @@ def reference_handover():
     return ReferenceHandover()
 
 
+def _cli_in_child(*args, env=None, timeout=300):
+    """``tfx-bridge ARGS`` in a fresh Python process: a hang or a crash shows as a
+    timeout or a signal, not as a stuck or dead test run."""
+    import subprocess
+    import sys
+
+    code = f"from tfx_bridge import cli; raise SystemExit(cli.main({list(args)!r}))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+@pytest.fixture
+def cli_in_child():
+    return _cli_in_child
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """An S3-compatible server (moto's server mode) on 127.0.0.1 for the session,
