@@ -9,6 +9,7 @@ see :mod:`tfx_bridge.objectstore`). Folders are key prefixes; a key ending in
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import inspect
@@ -33,48 +34,37 @@ def _client():
     return client
 
 
+@contextlib.contextmanager
+def _boto_errors(path: str):
+    """boto3's errors as one ObjectStoreError naming the path and the fix (the CLI
+    prints it as a refusal, exit 2, not as an internal error)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except ClientError as e:
+        err = e.response.get("Error", {})
+        raise ObjectStoreError(
+            f"{path}: {err.get('Code')} ({err.get('Message')}). Check the bucket name, "
+            "and that AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY may access it.") from e
+    except BotoCoreError as e:
+        raise ObjectStoreError(f"{path}: {e}. Check AWS_ENDPOINT_URL, AWS_REGION and the "
+                               "network.") from e
+
+
 def _reported(fn):
-    """Turns boto3's errors into one ObjectStoreError naming the path and the fix
-    (the CLI prints it as a refusal, exit 2, instead of an internal error)."""
-
-    def translate(path: str, e: Exception) -> Exception:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        if isinstance(e, ClientError):
-            err = e.response.get("Error", {})
-            return ObjectStoreError(
-                f"{path}: {err.get('Code')} ({err.get('Message')}). Check the bucket name, "
-                "and that AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY may access it.")
-        if isinstance(e, BotoCoreError):
-            return ObjectStoreError(f"{path}: {e}. Check AWS_ENDPOINT_URL, AWS_REGION and the "
-                                    "network.")
-        return e
-
+    """Runs ``fn(path, ...)`` (or a generator function) inside :func:`_boto_errors`."""
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def generator(path, *args, **kwargs):
-            try:
+            with _boto_errors(path):
                 yield from fn(path, *args, **kwargs)
-            except ObjectStoreError:
-                raise
-            except Exception as e:
-                mapped = translate(path, e)
-                if mapped is e:
-                    raise
-                raise mapped from e
         return generator
 
     @functools.wraps(fn)
     def call(path, *args, **kwargs):
-        try:
+        with _boto_errors(path):
             return fn(path, *args, **kwargs)
-        except ObjectStoreError:
-            raise
-        except Exception as e:
-            mapped = translate(path, e)
-            if mapped is e:
-                raise
-            raise mapped from e
     return call
 
 
