@@ -122,12 +122,8 @@ ALLOWED_LOCAL_FILE_CALLS = {
     "components/trt_optimizer/tflite.py": "builds in a local temp folder",
     "components/schema_guard/component.py": "a relative contract path checked at build time",
     "components/serving_pusher/inspect_model.py": "the child process loads a local copy",
-    # Issue 14, still open: the pusher's local-disk path (flock, rename, fsync) is
-    # not on the filesystem layer yet; object-store pushes take a separate branch.
-    "components/serving_pusher/publish.py": "issue 14: local-disk publishing (open)",
-    "components/serving_pusher/serving.py": "issue 14: local-disk publishing (open)",
-    "components/serving_pusher/server_config.py": "issue 14: local-disk configs (open)",
-    "components/serving_pusher/warmup.py": "issue 14: local-disk warmup (open)",
+    "components/serving_pusher/publish.py":
+        "the local-disk publisher (flock, fsync, rename); s3 base paths take object_store.py",
     "pipelines/demo_data.py": "issue 14: the demo writes its data locally (demo on s3 open)",
     "pipelines/train_demo_model.py": "issue 14: the demo's research output is local (open)",
 }

@@ -5,7 +5,7 @@ local paths, ``gs://`` and ``s3://`` take the same code path), never through
 ``os.path``/``open``/``glob``/``shutil``. Beam pipelines use Beam's
 ``FileSystems`` inside their transforms; tools that need local files
 (torch.load, onnx2tf, onnxruntime, the TFLite converter) get a local copy from
-:func:`local_copy` and write back with :func:`upload_tree`.
+:func:`local_copy` and write back through :func:`local_output`.
 
 ``s3://`` goes through boto3 (:mod:`tfx_bridge.s3`, the ``[s3]`` extra),
 configured by the standard AWS variables; ``gs://`` through TF's built-in
@@ -25,7 +25,7 @@ import os
 import posixpath
 import shutil
 import tempfile
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 
 def is_remote(path: str) -> bool:
@@ -117,9 +117,10 @@ def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
 
-def write_bytes(path: str, data: bytes) -> None:
+def write_bytes(path: str, data: bytes, sync: bool = False) -> None:
     """Writes ``data`` (parents made). Local writes go through a temp file and a
-    rename, so a reader never sees half a file; an object appears whole."""
+    rename, so a reader never sees half a file; an object appears whole. ``sync``
+    (local disk) fsyncs the file and its folder, so the write survives a power loss."""
     s3 = _s3(path)
     if s3:
         s3.write_bytes(path, data)
@@ -136,15 +137,24 @@ def write_bytes(path: str, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
+        if sync:
+            folder = os.open(parent or ".", os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
 
 
-def write_text(path: str, text: str) -> None:
-    write_bytes(path, text.encode("utf-8"))
+def write_text(path: str, text: str, sync: bool = False) -> None:
+    write_bytes(path, text.encode("utf-8"), sync=sync)
 
 
 def create_if_absent(path: str, data: bytes) -> bool:
@@ -163,6 +173,25 @@ def create_if_absent(path: str, data: bytes) -> bool:
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     return True
+
+
+def read_tagged(path: str) -> Tuple[Optional[bytes], Optional[str]]:
+    """(bytes, version tag) of an object store file, (None, None) if absent: the tag
+    makes a later :func:`write_if` conditional on nobody having changed it."""
+    s3 = _s3(path)
+    if not s3:
+        raise NotImplementedError(f"conditional reads on {path}: object stores (s3://) only")
+    return s3.read_tagged(path)
+
+
+def write_if(path: str, data: bytes, tag: Optional[str]) -> bool:
+    """Writes only if ``path`` still has version ``tag`` (None: only if absent); False
+    when another writer changed it first. Object stores (s3://) only: on local disk
+    the caller holds a lock instead."""
+    s3 = _s3(path)
+    if not s3:
+        raise NotImplementedError(f"conditional writes on {path}: object stores (s3://) only")
+    return s3.write_if(path, data, tag)
 
 
 def open_file(path: str, mode: str = "rb"):

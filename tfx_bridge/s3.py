@@ -241,21 +241,46 @@ def write_bytes(path: str, data: bytes) -> None:
     _client().put_object(Bucket=bucket, Key=key, Body=data)
 
 
-@_reported
 def create_if_absent(path: str, data: bytes) -> bool:
     """Writes ``path`` only if no object is there (S3 ``If-None-Match: *``);
     False when another writer got there first. Two concurrent callers never
     both get True."""
+    return write_if(path, data, None)
+
+
+_CONFLICT = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
+
+
+@_reported
+def read_tagged(path: str) -> Tuple[Optional[bytes], Optional[str]]:
+    """(bytes, ETag) of an object, or (None, None) when there is none."""
     from botocore.exceptions import ClientError
 
     bucket, key = split(path)
     try:
-        _client().put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        got = _client().get_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        if _is_missing(e):
+            return None, None
+        raise
+    return got["Body"].read(), got["ETag"]
+
+
+@_reported
+def write_if(path: str, data: bytes, tag: Optional[str]) -> bool:
+    """Writes ``path`` only if it still holds the object whose ETag is ``tag``
+    (``If-Match``), or, with ``tag`` None, only if there is none (``If-None-Match: *``).
+    False when another writer changed it first: re-read and retry."""
+    from botocore.exceptions import ClientError
+
+    bucket, key = split(path)
+    condition = {"IfNoneMatch": "*"} if tag is None else {"IfMatch": tag}
+    try:
+        _client().put_object(Bucket=bucket, Key=key, Body=data, **condition)
         return True
     except ClientError as e:
-        code = str(e.response.get("Error", {}).get("Code", ""))
-        if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
-            return False
+        if str(e.response.get("Error", {}).get("Code", "")) in _CONFLICT or _is_missing(e):
+            return False  # changed, or (If-Match) deleted since it was read
         raise
 
 

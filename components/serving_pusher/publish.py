@@ -1,24 +1,30 @@
-"""Publishing versions: staged, fsynced, renamed under a lock; state, retention, labels.
+"""Publishing versions; retention and labels.
+
+On local disk (or a mounted volume) a version is staged in the model's folder,
+fsynced, and renamed to its number under an flock; this module does that, and
+is the one place in the pusher that uses local file calls (flock, fsync and
+rename need them). On an object store the same steps are built from
+conditional writes in :mod:`object_store`; :func:`publish`,
+:func:`clean_stale_staging`, :func:`apply_retention` and :func:`push_lock`
+pick the right one from the base path.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import fcntl
-import json
 import os
 import shutil
 import time
 import uuid
-from typing import Dict, List, Optional
+from typing import List, Optional
 
+from tfx_bridge import fs
+from tfx_bridge.components.serving_pusher import object_store
 from tfx_bridge.components.serving_pusher.base_layout import (
     LABELS,
     LOCK_FILE,
     STAGING_PREFIX,
-    STATE_FILE,
-    TARGETS,
     WARMUP_DIR,
     WARMUP_FILE,
 )
@@ -27,63 +33,14 @@ from tfx_bridge.components.serving_pusher.errors import (
     PushLocked,
     PushRefused,
 )
+from tfx_bridge.components.serving_pusher.state import (  # noqa: F401  (re-exported)
+    State,
+    update_state,
+    versions,
+)
 from tfx_bridge.names import child
 
 # --------------------------------------------------------------------------- publish
-
-
-@dataclasses.dataclass
-class State:
-    """Per model: labels -> version, the highest version ever issued, content digests,
-    and the TF Serving flags its versions need (the manifest is written from these)."""
-
-    labels: Dict[str, int] = dataclasses.field(default_factory=dict)
-    last_version: int = 0
-    digests: Dict[str, str] = dataclasses.field(default_factory=dict)
-    server_flags: List[str] = dataclasses.field(default_factory=list)
-    # The deployment the model was last pushed for: a rollback keeps it.
-    target: Optional[str] = None
-    batching: Optional[dict] = None
-
-    @classmethod
-    def load(cls, model_root: str) -> State:
-        """The model's state, validated: a corrupt or inconsistent file stops the caller
-        before anything is published (PusherConfigError naming the file and the repair)."""
-        path = os.path.join(model_root, STATE_FILE)
-        if not os.path.exists(path):
-            return cls()
-        repair = (f"Repair or remove {path} (it is rebuilt from the version folders when "
-                  "absent; labels are then set again by the next push or a rollback).")
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-            state = cls({str(k): int(v) for k, v in doc.get("labels", {}).items()},
-                        int(doc.get("last_version", 0)),
-                        {str(k): str(v) for k, v in doc.get("digests", {}).items()},
-                        sorted(str(f) for f in doc.get("server_flags", [])),
-                        doc.get("target"), doc.get("batching"))
-        except (ValueError, TypeError, AttributeError) as e:
-            raise PusherConfigError(f"{path} is not a valid push state ({e}). {repair}") from e
-        present = set(versions(model_root))
-        missing = {k: v for k, v in state.labels.items() if v not in present}
-        unknown = sorted(set(state.labels) - set(LABELS))
-        if missing or unknown or (state.target not in (None, *TARGETS)):
-            raise PusherConfigError(
-                f"{path} is inconsistent: " + "; ".join(
-                    [f"label {k!r} names version {v}, which is not under {model_root}"
-                     for k, v in sorted(missing.items())]
-                    + [f"unknown label {k!r}" for k in unknown]
-                    + ([f"unknown target {state.target!r}"]
-                       if state.target not in (None, *TARGETS) else []))
-                + f". {repair}")
-        return state
-
-    def save(self, model_root: str) -> None:
-        atomic_write(os.path.join(model_root, STATE_FILE),
-                     json.dumps({"labels": self.labels, "last_version": self.last_version,
-                                 "digests": self.digests, "server_flags": self.server_flags,
-                                 "target": self.target, "batching": self.batching},
-                                indent=2, sort_keys=True))
 
 
 def model_digest(saved_model_dir: str) -> str:
@@ -110,19 +67,16 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
-
-
 @contextlib.contextmanager
 def push_lock(model_root: str, timeout_s: float = 600.0):
-    """An exclusive lock in the base path (flock: released if the holder dies)."""
+    """An exclusive lock in the base path (flock: released if the holder dies).
+
+    Object stores have no lock: there every shared write is conditional
+    (:mod:`object_store`), so this holds nothing and writes nothing.
+    """
+    if fs.is_remote(model_root):
+        yield
+        return
     os.makedirs(model_root, exist_ok=True)
     fd = os.open(os.path.join(model_root, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + timeout_s
@@ -142,14 +96,6 @@ def push_lock(model_root: str, timeout_s: float = 600.0):
         yield
     finally:
         os.close(fd)
-
-
-def versions(model_root: str) -> List[int]:
-    """Integer-named version folders (what TF Serving sees)."""
-    if not os.path.isdir(model_root):
-        return []
-    return sorted(int(d) for d in os.listdir(model_root)
-                  if d.isdigit() and os.path.isdir(os.path.join(model_root, d)))
 
 
 def _copy_tree_synced(src: str, dst: str) -> None:
@@ -185,7 +131,11 @@ def _copy_synced(src: str, dst: str) -> None:
 def publish(saved_model_dir: str, base_path: str, model_name: str,
             warmup_file: Optional[str] = None, label: Optional[str] = "stable",
             digest: Optional[str] = None, lock_timeout_s: float = 600.0) -> int:
-    """Stages, fsyncs and renames into the next version; returns it."""
+    """Stages, fsyncs and renames into the next version; returns it. On an object
+    store: :func:`object_store.publish`."""
+    if fs.is_remote(base_path):
+        return object_store.publish(saved_model_dir, base_path, model_name, warmup_file,
+                                    label, digest)
     model_root = child(base_path, model_name, error=PusherConfigError)
     os.makedirs(model_root, exist_ok=True)
     staging = child(model_root, f"{STAGING_PREFIX}{uuid.uuid4().hex}", error=PusherConfigError)
@@ -218,7 +168,11 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
 
 
 def clean_stale_staging(model_root: str) -> List[str]:
-    """Removes staging folders of pushes that died (call while holding the lock)."""
+    """Removes staging folders of pushes that died (call while holding the lock). On
+    an object store: :func:`object_store.clean_stale` (old leftovers only: no lock
+    tells a dead push from a live one there)."""
+    if fs.is_remote(model_root):
+        return object_store.clean_stale(fs.dirname(model_root), fs.basename(model_root))
     removed = []
     if not os.path.isdir(model_root):
         return removed
@@ -233,6 +187,8 @@ def apply_retention(model_root: str, keep: int) -> List[int]:
     """Keeps the newest ``keep`` versions and every labeled one; returns removed."""
     if keep < 1:
         raise PusherConfigError(f"keep_versions must be >= 1, got {keep}.")
+    if fs.is_remote(model_root):
+        return object_store.apply_retention(model_root, keep)
     state = State.load(model_root)
     labeled = set(state.labels.values())
     all_versions = versions(model_root)
@@ -248,18 +204,19 @@ def apply_retention(model_root: str, keep: int) -> List[int]:
 
 
 def set_label(base_path: str, model_name: str, label: str, version: int) -> None:
-    model_root = os.path.join(base_path, model_name)
+    model_root = fs.join(base_path, model_name)
     if label not in LABELS:
         raise PusherConfigError(f"label {label!r}: use one of {LABELS}.")
-    with push_lock(model_root):
-        if version not in versions(model_root):
+
+    def move(state: State) -> None:
+        present = versions(model_root)
+        if version not in present or version in state.retired:
             raise PusherConfigError(
                 f"{model_name} has no version {version} under {base_path}; versions: "
-                f"{versions(model_root)}.")
-        if not os.path.exists(os.path.join(model_root, str(version), "saved_model.pb")):
+                f"{[v for v in present if v not in state.retired]}.")
+        if not fs.isfile(fs.join(model_root, str(version), "saved_model.pb")):
             raise PushRefused(f"{model_root}/{version} is incomplete (no saved_model.pb).")
-        state = State.load(model_root)
         state.labels[label] = version
-        state.save(model_root)
 
-
+    with push_lock(model_root):
+        update_state(model_root, move)

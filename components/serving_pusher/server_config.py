@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional, Sequence
 
+from tfx_bridge import fs
 from tfx_bridge.components.serving_pusher.base_layout import (
     _BATCHING_FIELDS,
     BATCHING_DEFAULTS,
@@ -19,11 +20,8 @@ from tfx_bridge.components.serving_pusher.base_layout import (
 from tfx_bridge.components.serving_pusher.errors import (
     PusherConfigError,
 )
-from tfx_bridge.components.serving_pusher.publish import (
-    State,
-    atomic_write,
-    versions,
-)
+from tfx_bridge.components.serving_pusher.publish import push_lock
+from tfx_bridge.components.serving_pusher.state import State, conditional_update, versions
 from tfx_bridge.savedmodel import SERVER_FLAGS
 
 # --------------------------------------------------------------------------- configs
@@ -39,9 +37,9 @@ def models_config_text(base_path: str, server_base_path: str = SERVER_MOUNT) -> 
     from tensorflow_serving.config import model_server_config_pb2 as msc
 
     config = msc.ModelServerConfig()
-    for name in sorted(os.listdir(base_path)):
-        root = os.path.join(base_path, name)
-        if not os.path.isdir(root) or not versions(root):
+    for name in sorted(fs.listdir(base_path)):
+        root = fs.join(base_path, name)
+        if name.startswith(".") or not versions(root):  # .staging/ on object stores
             continue
         state = State.load(root)
         entry = config.model_config_list.config.add(
@@ -121,10 +119,14 @@ def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
     """Deployment + Service for tensorflow/serving, built as data and dumped with PyYAML.
 
     ``base_path`` is mounted at ``server_base_path``, where models.config points.
+    An ``s3://`` base path is mounted read-only by the Mountpoint for Amazon S3
+    CSI driver (a PersistentVolume and its claim are added): stock TF Serving
+    images since 2.7 cannot read s3:// themselves (tensorflow/serving#1963).
     """
     import yaml
 
     mount = server_base_path.rstrip("/")
+    volume, storage = _model_volume(base_path, app)
     args = ["--port=8500", "--rest_api_port=8501",
             f"--model_config_file={mount}/{MODELS_CONFIG}",
             "--model_config_file_poll_wait_seconds=60", "--enable_batching",
@@ -151,22 +153,51 @@ def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
                         "readinessProbe": {"httpGet": {"path": "/v1/models", "port": 8501}},
                         "resources": {"limits": limits},
                         "volumeMounts": [{"name": "models", "mountPath": mount}]}],
-                    "volumes": [{"name": "models",
-                                 "hostPath": {"path": os.path.abspath(base_path)}}]}}}}
+                    "volumes": [{"name": "models", **volume}]}}}}
     service = {
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": app},
         "spec": {"selector": {"app": app},
                  "ports": [{"name": "grpc", "port": 8500}, {"name": "http", "port": 8501}]}}
     header = f"# TF Serving for the models under {base_path} (mounted at {mount}).\n"
-    return header + yaml.safe_dump_all([deployment, service], sort_keys=False)
+    return header + yaml.safe_dump_all([*storage, deployment, service], sort_keys=False)
+
+
+def _model_volume(base_path: str, app: str):
+    """(the pod's volume source, extra objects it needs) for the base path."""
+    if not fs.is_remote(base_path):
+        return {"hostPath": {"path": os.path.abspath(base_path)}}, []
+    from tfx_bridge import objectstore
+
+    bucket, _, prefix = base_path[len("s3://"):].partition("/")
+    options = ["allow-other"]
+    if prefix.strip("/"):
+        options.append(f"prefix {prefix.strip('/')}/")
+    if objectstore.region():
+        options.append(f"region {objectstore.region()}")
+    if objectstore.endpoint_url():
+        options += [f"endpoint-url {objectstore.endpoint_url()}", "force-path-style"]
+    claim = f"{app}-models"
+    volume = {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": claim},
+        "spec": {"capacity": {"storage": "1Gi"},  # required by the API, unused by the driver
+                 "accessModes": ["ReadOnlyMany"], "storageClassName": "",
+                 "claimRef": {"name": claim, "namespace": "default"},
+                 "mountOptions": options,
+                 "csi": {"driver": "s3.csi.aws.com", "volumeHandle": claim,
+                         "volumeAttributes": {"bucketName": bucket}}}}
+    pvc = {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+        "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "",
+                 "resources": {"requests": {"storage": "1Gi"}}, "volumeName": claim}}
+    return {"persistentVolumeClaim": {"claimName": claim, "readOnly": True}}, [volume, pvc]
 
 
 def server_flags(base_path: str) -> List[str]:
     """Every flag some served model under ``base_path`` needs (from the models' states)."""
     flags = set()
-    for name in sorted(os.listdir(base_path)) if os.path.isdir(base_path) else []:
-        root = os.path.join(base_path, name)
-        if os.path.isdir(root) and not name.startswith("."):
+    for name in sorted(fs.listdir(base_path)) if fs.isdir(base_path) else []:
+        root = fs.join(base_path, name)
+        if not name.startswith(".") and fs.isdir(root):
             flags |= set(State.load(root).server_flags)
     return sorted(flags & set(SERVER_FLAGS))
 
@@ -175,14 +206,26 @@ def write_configs(base_path: str, target: str, batching_overrides: Optional[dict
                   server_base_path: str = SERVER_MOUNT) -> Dict[str, str]:
     """Rewrites the server configs. The manifest carries every flag a served version
     needs (from the models' states; each flag in SERVER_FLAGS is safe for models that
-    do not need it), so a later push or a rollback never drops one."""
-    files = {MODELS_CONFIG: models_config_text(base_path, server_base_path),
-             BATCHING_FILE: batching_text(target, batching_overrides),
-             MONITORING_FILE: monitoring_text(),
-             K8S_MANIFEST: k8s_manifest(base_path, target, server_flags(base_path),
-                                        server_base_path=server_base_path)}
-    for name, text in files.items():
-        atomic_write(os.path.join(base_path, name), text)
-    return {name: os.path.join(base_path, name) for name in files}
+    do not need it), so a later push or a rollback never drops one.
 
-
+    Every file is computed from the models' states at the time it is written: on
+    disk under the base path's lock, on an object store by a conditional write
+    recomputed when another push wrote first. Either way a push of another model
+    running at the same time cannot leave its version out of models.config.
+    """
+    makers = {
+        MODELS_CONFIG: lambda: models_config_text(base_path, server_base_path),
+        BATCHING_FILE: lambda: batching_text(target, batching_overrides),
+        MONITORING_FILE: monitoring_text,
+        K8S_MANIFEST: lambda: k8s_manifest(base_path, target, server_flags(base_path),
+                                           server_base_path=server_base_path),
+    }
+    paths = {name: fs.join(base_path, name) for name in makers}
+    if fs.is_remote(base_path):
+        for name, make in makers.items():
+            conditional_update(paths[name], lambda _old, make=make: make().encode())
+    else:
+        with push_lock(base_path):
+            for name, make in makers.items():
+                fs.write_text(paths[name], make(), sync=True)
+    return paths

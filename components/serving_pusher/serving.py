@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from tfx_bridge import fs
 from tfx_bridge.components.serving_pusher.base_layout import (  # noqa: F401  (re-exported)
@@ -71,6 +71,7 @@ from tfx_bridge.components.serving_pusher.publish import (
     publish,
     push_lock,
     set_label,
+    update_state,
     versions,
 )
 from tfx_bridge.components.serving_pusher.server_config import (  # noqa: F401  (re-exported)
@@ -118,14 +119,17 @@ class PushResult:
 
 
 def check_base_path(base_path: str) -> None:
-    """Object-store base paths are refused until pushes there allocate versions and
-    update state without a lock (issue 14); a push must never fall back to a
-    local folder named ``s3:``."""
-    if fs.is_remote(base_path):
+    """Local folders and ``s3://`` only: publishing on an object store needs
+    conditional writes (:mod:`object_store`), which the filesystem layer has for s3;
+    a push must never fall back to a local folder named ``gs:``."""
+    if fs.is_remote(base_path) and not base_path.startswith("s3://"):
         raise PusherConfigError(
             f"Base path {base_path}: ServingPusher publishes to local or mounted folders "
-            "(it needs flock and an atomic rename); object-store base paths are not "
-            "supported yet. Push to a folder the server mounts (e.g. a persistent volume).")
+            "and to s3:// (versions are taken by conditional writes, which tfx-bridge "
+            "implements for S3 only). Push to s3://, or to a folder the server mounts "
+            "(e.g. a GCS FUSE volume).")
+    if fs.is_remote(base_path):
+        fs.isdir(base_path)  # the bucket and credentials, checked before any work
 
 
 def push(saved_model_dir: str, base_path: str, model_name: str, *args, **kwargs
@@ -133,6 +137,8 @@ def push(saved_model_dir: str, base_path: str, model_name: str, *args, **kwargs
     """:func:`push_local` for a model folder that may be a URI (an artifact under
     an ``s3://`` or ``gs://`` pipeline root): it is copied to a local folder
     first, so the checks, the fresh-process load and the copy see the same bytes.
+    ``base_path`` may be ``s3://`` (see :mod:`object_store` for how a push is
+    made safe there).
     """
     check_base_path(base_path)
     check_model_name(model_name)
@@ -166,7 +172,8 @@ def push_local(saved_model_dir: str, base_path: str, model_name: str, label: str
         raise PusherConfigError(f"label {label!r}: use one of {LABELS}.")
     if not 1 <= warmup_records <= MAX_WARMUP:
         raise PusherConfigError(f"warmup_records must be in [1, {MAX_WARMUP}].")
-    if not os.path.exists(os.path.join(saved_model_dir, "saved_model.pb")):
+    check_base_path(base_path)
+    if not fs.isfile(fs.join(saved_model_dir, "saved_model.pb")):
         raise PusherConfigError(f"{saved_model_dir} has no saved_model.pb.")
     # Every argument and the base path's state are checked before anything is published:
     # a push either completes (version, state, labels, configs) or changes nothing.
@@ -178,9 +185,9 @@ def push_local(saved_model_dir: str, base_path: str, model_name: str, label: str
         raise PusherConfigError(
             f"Examples folder {examples_dir} does not exist: give an Examples artifact folder "
             "(Split-*/), or leave it out to synthesize warmup requests.")
-    if os.path.exists(base_path) and not os.path.isdir(base_path):
+    if fs.isfile(base_path):
         raise PusherConfigError(f"Base path {base_path} is a file; give a folder.")
-    if os.path.isdir(base_path):
+    if fs.isdir(base_path):
         models_config_text(base_path, server_base_path)  # every model's state must be sound
     unblessed = sorted(k for k, v in (blessings or {}).items() if v != 1)
     if unblessed:
@@ -195,7 +202,7 @@ def push_local(saved_model_dir: str, base_path: str, model_name: str, label: str
     try:
         check_runs_on(target, requires_gpu)
         new_sig = serving_signature(saved_model_dir)
-        model_root = os.path.join(base_path, model_name)
+        model_root = fs.join(base_path, model_name)
         state = State.load(model_root)
         served = state.labels.get("stable") or (versions(model_root) or [None])[-1]
         digest = model_digest(saved_model_dir)
@@ -206,12 +213,12 @@ def push_local(saved_model_dir: str, base_path: str, model_name: str, label: str
             # but rewrites the configs, so an earlier interrupted push is repaired.
             with push_lock(model_root, lock_timeout_s):
                 write_configs(base_path, target, batching_overrides, server_base_path)
-            return PushResult(True, same, os.path.join(model_root, str(same)),
+            return PushResult(True, same, fs.join(model_root, str(same)),
                               f"identical to version {same} already served as {label}; "
                               "no new version", {"labels": state.labels})
         if served is not None and not allow_contract_change:
             problems = contract_changes(
-                serving_signature(os.path.join(model_root, str(served))), new_sig)
+                _served_signature(fs.join(model_root, str(served))), new_sig)
             if problems:
                 raise PushRefused(
                     f"The contract of {model_name} version {served} would break: "
@@ -228,27 +235,66 @@ def push_local(saved_model_dir: str, base_path: str, model_name: str, label: str
             replay = dict(inspected["warmup"] or {})
             if inspected.get("tflite"):
                 replay["tflite"] = inspected["tflite"]["warmup"]
-            with push_lock(model_root, lock_timeout_s):
-                clean_stale_staging(model_root)
-            version = publish(saved_model_dir, base_path, model_name, warmup, label, digest,
-                              lock_timeout_s)
+            published = publish_version(
+                saved_model_dir, base_path, model_name, warmup, label, digest,
+                keep_versions=keep_versions, target=target, serving_flags=serving_flags,
+                batching_overrides=batching_overrides, server_base_path=server_base_path,
+                lock_timeout_s=lock_timeout_s)
     except PushRefused as e:
         return PushResult(False, None, None, str(e), {})
-    with push_lock(os.path.join(base_path, model_name), lock_timeout_s):
-        model_root = os.path.join(base_path, model_name)
-        removed = apply_retention(model_root, keep_versions)
-        # The flags stay recorded while any version may be served (a rollback to it).
-        state = State.load(model_root)
-        state.server_flags = sorted(set(state.server_flags)
-                                    | (set(serving_flags) & set(SERVER_FLAGS)))
-        state.target, state.batching = target, batching_overrides
-        state.save(model_root)
-        configs = write_configs(base_path, target, batching_overrides, server_base_path)
-    destination = os.path.join(base_path, model_name, str(version))
-    return PushResult(True, version, destination, f"pushed as version {version} ({label})",
+    version = published.version
+    return PushResult(True, version, fs.join(base_path, model_name, str(version)),
+                      f"pushed as version {version} ({label})",
                       {"warmup": {"records": count, **(replay or {})},
-                       "removed_versions": removed, "configs": configs,
-                       "labels": State.load(os.path.join(base_path, model_name)).labels})
+                       "removed_versions": published.removed, "configs": published.configs,
+                       "labels": published.labels})
+
+
+@dataclasses.dataclass
+class Published:
+    version: int
+    removed: List[int]
+    configs: Dict[str, str]
+    labels: Dict[str, int]
+
+
+def publish_version(saved_model_dir: str, base_path: str, model_name: str,
+                    warmup_file: Optional[str] = None, label: Optional[str] = "stable",
+                    digest: Optional[str] = None, keep_versions: int = 5,
+                    target: str = "cpu", serving_flags: Sequence[str] = (),
+                    batching_overrides: Optional[dict] = None,
+                    server_base_path: str = SERVER_MOUNT, lock_timeout_s: float = 600.0
+                    ) -> Published:
+    """The publishing half of a push, once every check passed: removes what dead
+    pushes left, publishes the next version (atomic on disk, ordered and
+    conditional on object stores), applies retention, records the deployment and
+    rewrites the server configs. A kill at any point leaves no version a server
+    would load half-written and no number reused."""
+    model_root = fs.join(base_path, model_name)
+    with push_lock(model_root, lock_timeout_s):
+        clean_stale_staging(model_root)
+    version = publish(saved_model_dir, base_path, model_name, warmup_file, label, digest,
+                      lock_timeout_s)
+    with push_lock(model_root, lock_timeout_s):
+        removed = apply_retention(model_root, keep_versions)
+
+        def deployment(state: State) -> None:
+            # The flags stay recorded while any version may be served (a rollback to it).
+            state.server_flags = sorted(set(state.server_flags)
+                                        | (set(serving_flags) & set(SERVER_FLAGS)))
+            state.target, state.batching = target, batching_overrides
+
+        labels = update_state(model_root, deployment).labels
+        configs = write_configs(base_path, target, batching_overrides, server_base_path)
+    return Published(version, removed, configs, labels)
+
+
+def _served_signature(version_dir: str) -> dict:
+    """serving_default of a pushed version (read from a local copy on object stores)."""
+    if not fs.is_remote(version_dir):
+        return serving_signature(version_dir)
+    with fs.local_copy(version_dir, prefix="tfx-bridge-served-") as local:
+        return serving_signature(local)
 
 
 def rollback(base_path: str, model_name: str, to_version: int,
@@ -261,7 +307,7 @@ def rollback(base_path: str, model_name: str, to_version: int,
     """
     check_base_path(base_path)
     check_model_name(model_name)
-    model_root = os.path.join(base_path, model_name)
+    model_root = fs.join(base_path, model_name)
     if not versions(model_root):
         raise PusherConfigError(
             f"No pushed model {model_name!r} under {base_path} (no version folders in "

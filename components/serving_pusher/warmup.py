@@ -2,9 +2,9 @@
 """
 from __future__ import annotations
 
-import os
 from typing import Dict, List, Optional, Sequence
 
+from tfx_bridge import fs
 from tfx_bridge.components.serving_pusher.base_layout import (
     MAX_WARMUP,
 )
@@ -23,7 +23,7 @@ def write_warmup(path: str, model_name: str, signature: dict, feeds: Sequence[Di
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
     feeds = list(feeds)[:MAX_WARMUP]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fs.makedirs(fs.dirname(path))
     with tf.io.TFRecordWriter(path) as writer:
         for feed in feeds:
             request = predict_pb2.PredictRequest(

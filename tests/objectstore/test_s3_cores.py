@@ -155,8 +155,7 @@ def test_push_model_from_s3_to_local_base_path(tmp_path, s3_bucket):
     assert (tmp_path / "serving" / "ctr" / "1" / "saved_model.pb").is_file()
 
 
-def test_push_object_store_base_path_refused_nothing_written(tmp_path, s3_bucket,
-                                                             monkeypatch):
+def test_push_gs_base_path_refused_nothing_written(tmp_path, monkeypatch):
     import pytest
 
     from tfx_bridge.components.serving_pusher import serving
@@ -164,12 +163,12 @@ def test_push_object_store_base_path_refused_nothing_written(tmp_path, s3_bucket
 
     monkeypatch.chdir(tmp_path)
     model = _tiny_saved_model(str(tmp_path / "m"))
-    with pytest.raises(PusherConfigError, match=r"object-store base paths are not supported"):
-        serving.push(model, fs.join(s3_bucket, "serving"), "ctr")
-    with pytest.raises(PusherConfigError, match=r"object-store base paths are not supported"):
-        serving.rollback(fs.join(s3_bucket, "serving"), "ctr", 1)
-    assert sorted(os.listdir(tmp_path)) == ["m"]  # no local folder named "s3:"
-    assert fs.listdir(s3_bucket) == []
+    with pytest.raises(PusherConfigError, match=r"gs://bucket/serving: .*Push to s3://, or "
+                       r"to a folder the server mounts"):
+        serving.push(model, "gs://bucket/serving", "ctr")
+    with pytest.raises(PusherConfigError, match=r"conditional writes"):
+        serving.rollback("gs://bucket/serving", "ctr", 1)
+    assert sorted(os.listdir(tmp_path)) == ["m"]  # no local folder named "gs:"
 
 
 def test_s3_missing_bucket_is_a_refusal_naming_the_path(s3_server):
