@@ -91,5 +91,5 @@ setup(
         # moto's server mode: the S3-compatible server the tests start on 127.0.0.1.
         "dev": ["pytest>=7", "pytest-xdist>=3.5", "ruff>=0.4", "moto[server]>=5.1"],
     },
-    entry_points={"console_scripts": ["tfx-bridge=tfx_bridge.cli:main"]},
+    entry_points={"console_scripts": ["tfx-bridge=tfx_bridge.cli:entry"]},
 )

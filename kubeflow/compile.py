@@ -5,10 +5,13 @@
         --model-source gs://bucket/research/ctr/latest --serving-base-path /models \\
         --image gcr.io/my-project/tfx-bridge:0.1.0
 
-Every task runs ``python -m tfx.orchestration.kubeflow.v2.container.
-kubeflow_v2_run_executor --executor_class_path tfx_bridge.components...`` in
-the image built from kubeflow/Dockerfile; ParquetExampleGen's span
-resolution runs the stock file-based driver as the task's preCacheCheck.
+Every task runs ``python -m tfx_bridge.kubeflow.entrypoint
+tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor
+--executor_class_path ...`` in the image built from kubeflow/Dockerfile;
+ParquetExampleGen's span resolution runs the stock file-based driver as the
+task's preCacheCheck, through the same entrypoint. The entrypoint makes
+``s3://`` pipeline roots work for stock components (tensorflow-io registered,
+a clean exit: see :mod:`tfx_bridge.kubeflow.entrypoint`).
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from typing import List, Optional
 
 DEFAULT_IMAGE = "tfx-bridge:0.1.0"
 PIPELINE_NAME = "tfx-bridge"
+ENTRYPOINT = ["python", "-m", "tfx_bridge.kubeflow.entrypoint"]
+EXECUTOR_MODULE = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 
 
 def compile_pipeline(output: str, pipeline_root: str, data_root: str, model_source: str,
@@ -31,15 +36,43 @@ def compile_pipeline(output: str, pipeline_root: str, data_root: str, model_sour
         raise BridgeError(f"Kubeflow compile needs kfp ({e}): pip install 'tfx-bridge[kfp]' "
                           "-c constraints.txt") from e
 
-    from tfx_bridge.pipelines import pipeline
+    from tfx_bridge.pipelines import beam_args, pipeline
 
+    # Beam's s3 options (endpoint, region from the AWS variables) for s3:// paths;
+    # credentials stay in the tasks' environment.
+    beam = beam_args.object_store_args([pipeline_root, data_root, model_source,
+                                        serving_base_path], beam_pipeline_args)
     p = pipeline.create_pipeline(
         PIPELINE_NAME, pipeline_root, data_root, model_source, serving_base_path,
         schema_path=schema_path, contract_path=contract_path,
-        beam_pipeline_args=beam_pipeline_args)
-    config = kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(default_image=image)
+        beam_pipeline_args=beam or None)
+    config = kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
+        default_image=image, default_commands=[*ENTRYPOINT, EXECUTOR_MODULE])
     folder = os.path.dirname(os.path.abspath(output))
     os.makedirs(folder, exist_ok=True)
     kubeflow_v2_dag_runner.KubeflowV2DagRunner(
         config=config, output_dir=folder, output_filename=os.path.basename(output)).run(p)
+    _driver_through_entrypoint(os.path.abspath(output))
     return os.path.abspath(output)
+
+
+def _driver_through_entrypoint(path: str) -> None:
+    """Runs ExampleGen's preCacheCheck (a fixed ``python -m <driver>`` command in
+    TFX) through the entrypoint too: it lists the data root, which may be s3://."""
+    import json
+
+    import yaml
+
+    yaml_out = path.endswith((".yaml", ".yml"))
+    with open(path) as f:
+        job = yaml.safe_load(f) if yaml_out else json.load(f)
+    spec = job.get("pipelineSpec", job)
+    for executor in spec["deploymentSpec"]["executors"].values():
+        hook = executor.get("container", {}).get("lifecycle", {}).get("preCacheCheck")
+        if hook and hook["command"][:2] == ["python", "-m"]:
+            hook["command"] = [*ENTRYPOINT, *hook["command"][2:]]
+    with open(path, "w") as f:
+        if yaml_out:
+            yaml.safe_dump(job, f, sort_keys=False)
+        else:
+            json.dump(job, f, indent=2, sort_keys=True)

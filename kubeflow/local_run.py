@@ -7,7 +7,10 @@ the task's preCacheCheck (ParquetExampleGen's stock file-based driver) and its
 container command (``python -m tfx.orchestration.kubeflow.v2.container.
 kubeflow_v2_run_executor --executor_class_path ...``) as subprocesses with
 ``{{$}}`` replaced by that JSON, then reads the ExecutorOutput it wrote to wire
-downstream tasks. Importer tasks yield their artifact URI; resolver tasks
+downstream tasks. Output artifacts go where KFP puts them, under the spec's
+pipeline root (``runtimeConfig.gcsOutputDirectory``) when that is an object
+store (``<root>/local-run-<id>/<task>/<key>``), else under ``root``; the tasks'
+executor output files stay under ``root``. Importer tasks yield their artifact URI; resolver tasks
 (LatestBlessedModelStrategy) yield nothing, as in a fresh project with no
 blessed model yet. It proves the compiled pipeline runs under the Kubeflow
 entrypoints, not only under LocalDagRunner.
@@ -20,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from typing import Dict, List
 
 PLACEHOLDER = "{{$}}"
@@ -67,6 +71,9 @@ def run_compiled(spec_path: str, root: str, timeout: int = 1800,
     with open(spec_path) as f:
         job = json.load(f)
     spec = job.get("pipelineSpec", job)
+    pipeline_root = job.get("runtimeConfig", {}).get("gcsOutputDirectory", "")
+    artifact_root = (f"{pipeline_root.rstrip('/')}/local-run-{uuid.uuid4().hex[:8]}"
+                     if "://" in pipeline_root else None)
     tasks = spec["root"]["dag"]["tasks"]
     components = spec["components"]
     executors = spec["deploymentSpec"]["executors"]
@@ -99,7 +106,8 @@ def run_compiled(spec_path: str, root: str, timeout: int = 1800,
         os.makedirs(task_root, exist_ok=True)
         out_artifacts = {key: {"artifacts": [{
             "name": f"{name}-{key}", "type": d["artifactType"],
-            "uri": os.path.join(task_root, key), "metadata": {}}]}
+            "uri": (f"{artifact_root}/{name}/{key}" if artifact_root
+                    else os.path.join(task_root, key)), "metadata": {}}]}
             for key, d in out_defs.items()}
         output_file = os.path.join(task_root, "executor_output.json")
         executor_input = {"inputs": {"parameters": parameters, "artifacts": artifacts},

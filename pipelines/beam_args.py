@@ -28,3 +28,19 @@ def direct_runner_args(num_workers: Optional[int] = None) -> List[str]:
         f"--direct_num_workers={num_workers}",
         f"--sdk_container_image={BEAM_SDK_IMAGE}",
     ]
+
+
+def object_store_args(paths, explicit: Optional[List[str]] = None) -> List[str]:
+    """``explicit`` plus what Beam needs to reach the ``s3://`` paths among ``paths``
+    (endpoint and region from the AWS variables, unless given), with
+    ``sdk_container_image`` so TFX does not build an sdist per Beam run."""
+    from tfx_bridge import objectstore
+
+    args = list(explicit or [])
+    if not objectstore.uses_s3(paths):
+        return args
+    args += objectstore.beam_s3_args(args)
+    if not any(a.startswith(("--sdk_container_image", "--extra_package", "--setup_file",
+                             "--requirements_file")) for a in args):
+        args.append(f"--sdk_container_image={BEAM_SDK_IMAGE}")
+    return args

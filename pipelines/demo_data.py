@@ -14,12 +14,13 @@ Example:
 """
 from __future__ import annotations
 
-import os
 from typing import Iterable, List, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from tfx_bridge import fs
 
 # The demo CtrMoE model's signature (importer input specs, output names).
 CTR_INPUTS = ["item_id:int32:-1:0..999", "hour:int32:-1:0..23", "price:float32:-1:0..100",
@@ -95,17 +96,20 @@ def write_demo_spans(root: str, spans: Iterable[int] = (1, 2), rows_per_span: in
                      overwrite: bool = False) -> List[str]:
     """Writes ``root/span-<n>/part-<k>.parquet`` (existing files are kept unless
     ``overwrite``) and returns the span folders."""
+    import io
+
     folders = []
     for span in spans:
         table = make_span_table(span, rows_per_span, seed)
-        folder = os.path.join(root, SPAN_DIR.format(span=span))
-        os.makedirs(folder, exist_ok=True)
+        folder = fs.join(root, SPAN_DIR.format(span=span))
         per_file = -(-rows_per_span // files_per_span)
         for k in range(files_per_span):
-            path = os.path.join(folder, f"part-{k}.parquet")
-            if os.path.exists(path) and not overwrite:
+            path = fs.join(folder, f"part-{k}.parquet")
+            if fs.exists(path) and not overwrite:
                 continue  # same seed, same bytes; keeping the file keeps ExampleGen cached
-            pq.write_table(table.slice(k * per_file, per_file), path,
+            buffer = io.BytesIO()  # small demo files; written whole through the layer
+            pq.write_table(table.slice(k * per_file, per_file), buffer,
                            row_group_size=row_group_size)
+            fs.write_bytes(path, buffer.getvalue())
         folders.append(folder)
     return folders

@@ -103,25 +103,23 @@ def check_run_inputs(data_root: str, model_source: str, model_file: str = "weigh
     """
     import re
 
-    import tensorflow as tf
-
     span = re.compile(r"^span-(\d+)/?$")
-    if not tf.io.gfile.isdir(data_root):
+    if not fs.isdir(data_root):
         raise RunInputError(f"--data-root {data_root} does not exist.")
-    spans = [d for d in tf.io.gfile.listdir(data_root) if span.match(d)]
+    spans = [d for d in fs.listdir(data_root) if span.match(d)]
     if not spans:
         raise RunInputError(
             f"--data-root {data_root} holds no span folders: the pipeline reads "
             f"{demo_data.SPAN_PATTERN!r} under it (e.g. {data_root}/span-1/part-0.parquet).")
-    if not tf.io.gfile.isdir(model_source):
+    if not fs.isdir(model_source):
         raise RunInputError(f"--model-source {model_source} does not exist.")
-    if tf.io.gfile.exists(os.path.join(model_source, model_file)):
+    if fs.isfile(fs.join(model_source, model_file)):
         return model_source, None
     research = sorted((int(span.match(d).group(1)), d.rstrip("/"))
-                       for d in tf.io.gfile.listdir(model_source) if span.match(d)
-                       and tf.io.gfile.exists(os.path.join(model_source, d, model_file)))
+                       for d in fs.listdir(model_source) if span.match(d)
+                       and fs.isfile(fs.join(model_source, d.rstrip("/"), model_file)))
     if research:
-        chosen = os.path.join(model_source, research[-1][1])
+        chosen = fs.join(model_source, research[-1][1])
         return chosen, f"model source: the newest span folder, {chosen}"
     raise RunInputError(
         f"--model-source {model_source} holds no {model_file}: give the research team's "
@@ -131,8 +129,15 @@ def check_run_inputs(data_root: str, model_source: str, model_file: str = "weigh
 
 def run_full(workdir: str, data_root: str, model_source: str, serving_base_path: str,
              model_name: str = "ctr", evaluate: bool = True,
-             beam_pipeline_args: Optional[List[str]] = None) -> Dict[str, Any]:
+             beam_pipeline_args: Optional[List[str]] = None,
+             pipeline_root: Optional[str] = None) -> Dict[str, Any]:
     """Runs the whole pipeline once (the newest span) and summarises what it did.
+
+    ``pipeline_root`` (default ``<workdir>/pipeline_root``), ``data_root``,
+    ``model_source`` and ``serving_base_path`` may be ``s3://`` or ``gs://``
+    (for s3 the caller enables tensorflow-io for the stock components and passes
+    Beam its options: :func:`tfx_bridge.pipelines.beam_args.object_store_args`);
+    MLMD stays in a SQLite file in ``workdir``.
 
     The summary holds the pushed version and its path (or why nothing was
     pushed), SchemaGuard's result, the conversion error, the optimizer's
@@ -141,9 +146,10 @@ def run_full(workdir: str, data_root: str, model_source: str, serving_base_path:
     from tfx_bridge.components.serving_pusher import serving
 
     metadata_path = os.path.join(workdir, METADATA_FILE)
-    before = set(serving.versions(os.path.join(serving_base_path, model_name)))
+    before = set(serving.versions(fs.join(serving_base_path, model_name)))
     pipeline = pipelines.create_pipeline(
-        FULL_PIPELINE_NAME, os.path.join(workdir, PIPELINE_ROOT_DIR), data_root, model_source,
+        FULL_PIPELINE_NAME, pipeline_root or os.path.join(workdir, PIPELINE_ROOT_DIR),
+        data_root, model_source,
         serving_base_path, model_name=model_name, metadata_path=metadata_path,
         schema_path=schemas.path(schemas.DEMO_SCHEMA),
         contract_path=schemas.path(schemas.DEMO_CONTRACT), evaluate=evaluate,
@@ -180,10 +186,12 @@ def summarize(metadata_path: str, serving_base_path: str, model_name: str,
     }
     if out["pushed"]:
         out["pushed_version"] = int(_custom(pushed, "pushed_version"))
-        out["pushed_path"] = os.path.abspath(_custom(pushed, "pushed_destination"))
+        destination = _custom(pushed, "pushed_destination")
+        out["pushed_path"] = destination if fs.is_remote(destination) else \
+            os.path.abspath(destination)
         out["prediction"] = predict_one(out["pushed_path"], examples.uri)
     from tfx_bridge.components.serving_pusher import serving
-    out["served_versions"] = serving.versions(os.path.join(serving_base_path, model_name))
+    out["served_versions"] = serving.versions(fs.join(serving_base_path, model_name))
     out["new_push"] = bool(set(out["served_versions"]) - versions_before)
     return out
 
@@ -194,6 +202,7 @@ def predict_one(saved_model_dir: str, examples_uri: str) -> Dict[str, Any]:
 
     files = fs.glob(fs.join(examples_uri, "Split-eval", "*.gz"))
     record = next(tfrecord.read_batches(files[0], batch_size=1, limit=1)).records[0]
-    model = tf.saved_model.load(saved_model_dir)
-    result = model.signatures["serving_tf_example"](examples=tf.reshape(record, [1]))
-    return {k: v.numpy().tolist()[0] for k, v in sorted(result.items())}
+    with fs.local_copy(saved_model_dir, prefix="tfx-bridge-predict-") as local:
+        model = tf.saved_model.load(local)
+        result = model.signatures["serving_tf_example"](examples=tf.reshape(record, [1]))
+        return {k: v.numpy().tolist()[0] for k, v in sorted(result.items())}

@@ -20,12 +20,16 @@ from typing import Dict
 import numpy as np
 import pyarrow.parquet as pq
 
+from tfx_bridge import fs
+
 WEIGHTS_FILE = "weights.pt"
 CARD_FILE = "model_card.json"
 
 
 def load_features(span_dir: str) -> Dict[str, np.ndarray]:
-    table = pq.read_table(span_dir, columns=["item_id", "hour", "price", "user_ctr", "clicked"])
+    with fs.local_copy(span_dir, prefix="tfx-bridge-span-") as local:
+        table = pq.read_table(local,
+                              columns=["item_id", "hour", "price", "user_ctr", "clicked"])
     return {name: table.column(name).to_numpy() for name in table.column_names}
 
 
@@ -60,14 +64,14 @@ def train(span_dir: str, output_dir: str, steps: int = 300, seed: int = 0) -> di
         optimizer.step()
         loss = float(loss_t)
     model.eval()
-    os.makedirs(output_dir, exist_ok=True)
-    torch.save(model.state_dict(), os.path.join(output_dir, WEIGHTS_FILE))
     card = {"module_class": "tfx_bridge.pipelines.demo_models:CtrMoE", "inputs": CTR_INPUTS,
             "outputs": CTR_OUTPUTS, "weights": WEIGHTS_FILE, "trained_on": span_dir,
             "steps": steps, "final_loss": round(loss, 4),
             "seconds": round(time.monotonic() - start, 2)}
-    with open(os.path.join(output_dir, CARD_FILE), "w") as f:
-        json.dump(card, f, indent=2)
+    with fs.local_output(output_dir, prefix="tfx-bridge-research-") as local:
+        torch.save(model.state_dict(), os.path.join(local, WEIGHTS_FILE))
+        with open(os.path.join(local, CARD_FILE), "w") as f:
+            json.dump(card, f, indent=2)
     return card
 
 

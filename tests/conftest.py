@@ -161,7 +161,7 @@ def _cli_in_child(*args, env=None, timeout=300):
     import subprocess
     import sys
 
-    code = f"from tfx_bridge import cli; raise SystemExit(cli.main({list(args)!r}))"
+    code = f"from tfx_bridge import cli; cli.entry({list(args)!r})"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=timeout)
 

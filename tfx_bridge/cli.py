@@ -384,18 +384,24 @@ def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.pipelines import demo_data, runner, train_demo_model
 
     workdir = _shown(args.workdir)
-    data_root = os.path.join(workdir, "data")
+    # Data, research output, pipeline root and serving base path: under --object-root
+    # when given (s3:// or gs://, as on Kubeflow), else in the workdir; MLMD stays local.
+    root = args.object_root.rstrip("/") if args.object_root else workdir
+    data_root = fs.join(root, "data")
+    pipeline_root = fs.join(root, runner.PIPELINE_ROOT_DIR)
+    serving_base = fs.join(root, runner.SERVING_DIR)
+    beam = _object_store_run([root])
     progress = Progress(4, enabled=not args.quiet)
     folders = demo_data.write_demo_spans(data_root, spans=range(1, args.spans + 1),
                                          rows_per_span=args.rows)
     progress(f"Generated {args.spans} span(s) x {args.rows} rows under {data_root}")
-    research = os.path.join(workdir, runner.RESEARCH_DIR, os.path.basename(folders[-1]))
+    research = fs.join(root, runner.RESEARCH_DIR, fs.basename(folders[-1]))
     card = train_demo_model.train(folders[-1], research, steps=args.train_steps)
     progress(f"Trained the demo CtrMoE model ({card['steps']} steps, loss "
              f"{card['final_loss']}) into {research}")
     with _library_logs(workdir, args.debug) as logs:
-        result = runner.run_full(workdir, data_root, research,
-                                 os.path.join(workdir, runner.SERVING_DIR))
+        result = runner.run_full(workdir, data_root, research, serving_base,
+                                 beam_pipeline_args=beam, pipeline_root=pipeline_root)
     progress("Ran ParquetExampleGen -> StatisticsGen -> ImportSchemaGen -> SchemaGuard -> "
              "PyTorchModelImporter -> TrtOptimizer -> Evaluator -> ServingPusher" + logs)
     _print_run_summary(result)
@@ -416,18 +422,33 @@ def cmd_compile_kfp(args: argparse.Namespace) -> Dict[str, Any]:
     return {"output": path, "image": args.image}
 
 
+def _object_store_run(paths) -> Optional[List[str]]:
+    """For a pipeline run touching ``s3://``: tensorflow-io registered for the stock
+    components, and Beam's s3 options (from the AWS variables); None otherwise."""
+    from tfx_bridge.pipelines import beam_args
+
+    if not objectstore.uses_s3(paths):
+        return None
+    objectstore.enable_tfio()
+    return beam_args.object_store_args(paths)
+
+
 def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.pipelines import runner
 
     progress = Progress(2, enabled=not args.quiet)
     workdir = _shown(args.workdir)
+    pipeline_root = args.pipeline_root or os.path.join(workdir, runner.PIPELINE_ROOT_DIR)
+    beam = _object_store_run([args.data_root, args.model_source, args.serving_base_path,
+                              pipeline_root])
     model_source, note = runner.check_run_inputs(args.data_root, args.model_source)
     if note and not args.quiet:
         print(note, file=sys.stderr)
     with _library_logs(workdir, args.debug) as logs:
         result = runner.run_full(workdir, args.data_root, model_source,
                                  args.serving_base_path, model_name=args.model_name,
-                                 evaluate=not args.no_evaluate)
+                                 evaluate=not args.no_evaluate, beam_pipeline_args=beam,
+                                 pipeline_root=pipeline_root)
     progress("Pipeline run finished" + logs)
     _print_run_summary(result)
     progress("Done")
@@ -458,6 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--rows", type=_positive_int, default=3000, help="rows per span")
     demo.add_argument("--train-steps", type=_positive_int, default=300,
                       help="Adam steps of the stand-in research team (fixed: reruns are cached)")
+    demo.add_argument("--object-root", default=None,
+                      help="s3:// or gs:// URI for the data, research output, pipeline root "
+                           "and serving base path (as on Kubeflow); MLMD stays in --workdir")
     _add_common(demo)
     demo.set_defaults(func=cmd_demo)
 
@@ -484,7 +508,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "span-N/weights.pt folders (the newest is taken)")
     run.add_argument("--serving-base-path", required=True)
     run.add_argument("--model-name", default="ctr")
-    run.add_argument("--workdir", required=True, help="pipeline root and MLMD live here")
+    run.add_argument("--workdir", required=True,
+                     help="MLMD and the log live here (and the pipeline root, by default)")
+    run.add_argument("--pipeline-root", default=None,
+                     help="where artifacts go (local, s3:// or gs://; default "
+                          "<workdir>/pipeline_root)")
     run.add_argument("--no-evaluate", action="store_true", help="skip the Evaluator gate")
     _add_common(run)
     run.set_defaults(func=cmd_run)
@@ -638,5 +666,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     return code
 
 
+def entry(argv: Optional[List[str]] = None) -> None:
+    """The ``tfx-bridge`` console script: :func:`main`, then the exit. A run that
+    registered tensorflow-io's s3 filesystem ends without C++ teardown, which
+    tensorflow-io 0.37.1 aborts (exit 134 for a run that succeeded)."""
+    code = main(argv)
+    if objectstore.tfio_enabled():
+        objectstore.exit_now(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -93,3 +93,48 @@ def set_beam_options(args: Sequence[str]) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     FileSystems.set_options(PipelineOptions(list(args)))
+
+
+_TFIO = {"enabled": False}
+
+
+def uses_s3(paths: Sequence[Optional[str]]) -> bool:
+    return any(isinstance(p, str) and p.startswith("s3://") for p in paths)
+
+
+def enable_tfio() -> None:
+    """Registers ``s3://`` for ``tf.io.gfile`` in this process, for stock TFX code
+    (StatisticsGen, Evaluator, TFX's own artifact handling), configured from the
+    AWS variables (:func:`tfio_env`). A process that called this must end with
+    :func:`exit_now`: tensorflow-io 0.37.1 aborts it at exit otherwise."""
+    check_credentials()
+    os.environ.update(tfio_env())
+    try:
+        import tensorflow_io  # noqa: F401  (registers the s3 filesystem plug-in)
+    except ImportError as e:
+        raise ObjectStoreError(
+            "Stock TFX components read s3:// through tensorflow-io: "
+            "pip install 'tfx-bridge[s3]'.") from e
+    _TFIO["enabled"] = True
+
+
+def tfio_enabled() -> bool:
+    return _TFIO["enabled"]
+
+
+def exit_now(code: int):
+    """Ends the process with ``code`` after flushing, skipping C++ teardown.
+
+    tensorflow-io 0.37.1's S3 filesystem aborts the interpreter's exit ("pure
+    virtual method called", exit 134; tensorflow/io#2039), which would turn
+    every successful run into a failure for a scheduler. Only for processes
+    whose work is done: nothing after this runs (atexit handlers included).
+    """
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

@@ -13,6 +13,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
+from tfx_bridge import objectstore
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
 from tfx_bridge.components.parquet_example_gen.errors import ParquetConfigError
 
@@ -70,6 +71,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             raise ParquetConfigError(
                 f"ParquetExampleGen writes gzip TFRecords only; output_file_format={file_format}.")
         batch_size = exec_properties.get(BATCH_SIZE_KEY)
+        # Planning lists and reads footers through Beam's FileSystems outside a pipeline;
+        # its S3 filesystem needs the run's options (endpoint, region) there too.
+        objectstore.set_beam_options(self._beam_pipeline_args or [])
         plan = core.plan_ingest(
             exec_properties[standard_component_specs.INPUT_BASE_KEY],
             split_config_from_protos(input_config, output_config),
