@@ -27,8 +27,13 @@ EXECUTOR_MODULE = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_execu
 def compile_pipeline(output: str, pipeline_root: str, data_root: str, model_source: str,
                      serving_base_path: str, image: str = DEFAULT_IMAGE,
                      contract_path: Optional[str] = None, schema_path: Optional[str] = None,
-                     beam_pipeline_args: Optional[List[str]] = None) -> str:
-    """Writes the PipelineJob JSON (or a PipelineSpec when ``output`` ends in .yaml)."""
+                     beam_pipeline_args: Optional[List[str]] = None,
+                     **pipeline_options) -> str:
+    """Writes the PipelineJob JSON (or a PipelineSpec when ``output`` ends in .yaml).
+
+    ``pipeline_options`` go to :func:`tfx_bridge.pipelines.pipeline.create_pipeline`
+    (e.g. ``evaluate=False``, ``optimizer_iterations=20``, ``model_name``).
+    """
     try:
         from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
     except ImportError as e:
@@ -45,7 +50,7 @@ def compile_pipeline(output: str, pipeline_root: str, data_root: str, model_sour
     p = pipeline.create_pipeline(
         PIPELINE_NAME, pipeline_root, data_root, model_source, serving_base_path,
         schema_path=schema_path, contract_path=contract_path,
-        beam_pipeline_args=beam or None)
+        beam_pipeline_args=beam or None, **pipeline_options)
     config = kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
         default_image=image, default_commands=[*ENTRYPOINT, EXECUTOR_MODULE])
     folder = os.path.dirname(os.path.abspath(output))

@@ -13,6 +13,7 @@ import pytest  # noqa: E402
 # files last and leaves one worker running one alone at the end.
 LONGEST_FIRST = (
     "kubeflow/test_local_run.py",
+    "objectstore/test_s3_pipeline.py",
     "tfx_bridge/test_cli.py",
     "pipelines/test_lifecycle.py",
     "components/pytorch_model_importer/test_zoo_attention.py",
@@ -176,6 +177,9 @@ def s3_server():
     """An S3-compatible server (moto's server mode) on 127.0.0.1 for the session,
     with the standard AWS variables pointing at it (what users set)."""
     moto_server = pytest.importorskip("moto.server", reason="needs the [dev] extra (moto)")
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

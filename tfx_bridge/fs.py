@@ -1,9 +1,9 @@
 """The filesystem layer: every artifact or data path may be a URI.
 
-Cores read and write through these functions (``tf.io.gfile`` underneath, so
-local paths, ``gs://`` and ``s3://`` take the same code path), never through
-``os.path``/``open``/``glob``/``shutil``. Beam pipelines use Beam's
-``FileSystems`` inside their transforms; tools that need local files
+Cores read and write through these functions (local paths through the os
+module, ``gs://`` through ``tf.io.gfile``, ``s3://`` through boto3, behind one
+set of calls), never through ``os.path``/``open``/``glob``/``shutil``. Beam
+pipelines use Beam's ``FileSystems`` inside their transforms; tools that need local files
 (torch.load, onnx2tf, onnxruntime, the TFLite converter) get a local copy from
 :func:`local_copy` and write back through :func:`local_output`.
 
@@ -62,16 +62,24 @@ def _gfile(path: str):
 
 
 def exists(path: str) -> bool:
+    if not is_remote(path):
+        return os.path.exists(path)
     s3 = _s3(path)
     return s3.exists(path) if s3 else _gfile(path).exists(path)
 
 
 def isdir(path: str) -> bool:
+    if not is_remote(path):
+        return os.path.isdir(path)
     s3 = _s3(path)
     return s3.isdir(path) if s3 else _gfile(path).isdir(path)
 
 
 def isfile(path: str) -> bool:
+    """Something that is not a folder is there (locally: a FIFO or device counts,
+    so that readers refuse it by name instead of finding nothing)."""
+    if not is_remote(path):
+        return os.path.exists(path) and not os.path.isdir(path)
     s3 = _s3(path)
     if s3:
         return s3.isfile(path)
@@ -80,6 +88,8 @@ def isfile(path: str) -> bool:
 
 
 def listdir(path: str) -> List[str]:
+    if not is_remote(path):
+        return sorted(os.listdir(path))
     s3 = _s3(path)
     if s3:
         return s3.listdir(path)
@@ -94,18 +104,25 @@ def glob(pattern: str) -> List[str]:
 def makedirs(path: str) -> None:
     """Local folders (and parents); on object stores folders are key prefixes, so
     only gs:// gets a marker, and nothing for a bucket root."""
-    if is_remote(path) and ("/" not in path.split("://", 1)[1].strip("/")
-                            or _s3(path)):
+    if not is_remote(path):
+        os.makedirs(path, exist_ok=True)
+        return
+    if "/" not in path.split("://", 1)[1].strip("/") or _s3(path):
         return
     _gfile(path).makedirs(path)
 
 
 def size(path: str) -> int:
+    if not is_remote(path):
+        return os.path.getsize(path)
     s3 = _s3(path)
     return s3.size(path) if s3 else _gfile(path).stat(path).length
 
 
 def read_bytes(path: str) -> bytes:
+    if not is_remote(path):
+        with open(path, "rb") as f:
+            return f.read()
     s3 = _s3(path)
     if s3:
         return s3.read_bytes(path)
@@ -125,14 +142,13 @@ def write_bytes(path: str, data: bytes, sync: bool = False) -> None:
     if s3:
         s3.write_bytes(path, data)
         return
-    g = _gfile(path)
     parent = dirname(path)
     if is_remote(path):  # no folders to make: keys carry their prefixes
-        with g.GFile(path, "wb") as f:
+        with _gfile(path).GFile(path, "wb") as f:
             f.write(data)
         return
     if parent:
-        g.makedirs(parent)
+        os.makedirs(parent, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=parent or ".", prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -195,6 +211,8 @@ def write_if(path: str, data: bytes, tag: Optional[str]) -> bool:
 
 
 def open_file(path: str, mode: str = "rb"):
+    if not is_remote(path):
+        return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
     s3 = _s3(path)
     return s3.open_file(path, mode) if s3 else _gfile(path).GFile(path, mode)
 
@@ -206,6 +224,11 @@ def copy(src: str, dst: str, overwrite: bool = True) -> None:
     if _s3(src) or _s3(dst):  # across backends: through this process
         with open_file(src, "rb") as fin, open_file(dst, "wb") as fout:
             shutil.copyfileobj(fin, fout, 1 << 20)
+        return
+    if not is_remote(src) and not is_remote(dst):
+        if not overwrite and os.path.exists(dst):
+            raise FileExistsError(f"{dst} exists")
+        shutil.copyfile(src, dst)
         return
     _gfile(dst).copy(src, dst, overwrite=overwrite)
 
@@ -220,6 +243,11 @@ def rename(src: str, dst: str, overwrite: bool = False) -> None:
         copy(src, dst)
         remove(src)
         return
+    if not is_remote(src) and not is_remote(dst):
+        if not overwrite and os.path.exists(dst):
+            raise FileExistsError(f"{dst} exists")
+        os.replace(src, dst)
+        return
     _gfile(src).rename(src, dst, overwrite=overwrite)
 
 
@@ -228,6 +256,12 @@ def remove(path: str) -> None:
     s3 = _s3(path)
     if s3:
         s3.remove(path)
+        return
+    if not is_remote(path):
+        if os.path.islink(path) or (os.path.exists(path) and not os.path.isdir(path)):
+            os.remove(path)
+        elif os.path.isdir(path):
+            shutil.rmtree(path)
         return
     g = _gfile(path)
     if g.isdir(path):
@@ -239,6 +273,13 @@ def remove(path: str) -> None:
 def walk(top: str) -> Iterator[Tuple[str, List[str], List[str]]]:
     if _s3(top):
         yield from _s3(top).walk(top)
+        return
+    if not is_remote(top):
+        # Links are followed, as TF's walk did (push and the importer refuse links
+        # that leave a model folder before anything is copied).
+        for root, dirs, files in os.walk(top, followlinks=True):
+            dirs.sort()
+            yield root, dirs, sorted(files)
         return
     for root, dirs, files in _gfile(top).walk(top):
         yield root, [d.rstrip("/") for d in dirs], list(files)

@@ -17,7 +17,9 @@ from tfx_bridge.pipelines import demo_data, train_demo_model  # noqa: E402
 def test_compiled_spec_runs_under_kubeflow_entrypoints_on_s3(tmp_path, s3_bucket):
     """As on Kubeflow with MinIO: pipeline root, data, research folder and serving
     base path on s3://, every task a separate process under the compiled command
-    (the entrypoint registers s3 for stock components and exits cleanly)."""
+    (the entrypoint registers s3 for stock components and exits cleanly). The
+    Evaluator is left out to keep the suite's time (it runs on s3 in the
+    LocalDagRunner test, tests/objectstore/test_s3_pipeline.py)."""
     data = fs.join(s3_bucket, "data")
     spans = demo_data.write_demo_spans(data, spans=[1, 2], rows_per_span=300)
     research = fs.join(s3_bucket, "research")
@@ -26,7 +28,8 @@ def test_compiled_spec_runs_under_kubeflow_entrypoints_on_s3(tmp_path, s3_bucket
     spec = kfp_compile.compile_pipeline(
         str(tmp_path / "pipeline.json"), root, data, research, serving,
         schema_path=schemas.path(schemas.DEMO_SCHEMA),
-        contract_path=schemas.path(schemas.DEMO_CONTRACT))
+        contract_path=schemas.path(schemas.DEMO_CONTRACT), evaluate=False,
+        optimizer_iterations=10)
     job = json.loads(open(spec).read())
     executors = job["pipelineSpec"]["deploymentSpec"]["executors"]
     gen = executors["ParquetExampleGen_executor"]["container"]
@@ -42,7 +45,6 @@ def test_compiled_spec_runs_under_kubeflow_entrypoints_on_s3(tmp_path, s3_bucket
     assert fs.glob(fs.join(examples["uri"], "Split-train", "*.gz"))
     assert outputs["SchemaGuard"]["anomalies"][0]["metadata"]["blessed"] == 1
     assert outputs["PyTorchModelImporter"]["model"][0]["metadata"]["blessed"] == 1
-    assert outputs["latest_blessed_model-model-resolver"]["model"] == []
     pushed = outputs["ServingPusher"]["pushed_model"][0]["metadata"]
     assert pushed["pushed"] == 1, json.dumps(pushed)
     assert pushed["pushed_destination"] == fs.join(serving, "ctr", "1")
