@@ -209,3 +209,26 @@ def s3_bucket(s3_server, request):
     name = f"t-{name}-{os.getpid()}"[:63]
     boto3.client("s3", endpoint_url=s3_server["AWS_ENDPOINT_URL"]).create_bucket(Bucket=name)
     return f"s3://{name}"
+
+
+def _save_scaled_model(path: str, scale: float = 2.0) -> str:
+    """A tiny SavedModel: serving_default(x: float32[None, 4]) -> score = sum(x) * scale."""
+    import tensorflow as tf
+
+    class M(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(scale)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def serve(self, x):
+            return {"score": tf.reduce_sum(x, axis=1) * self.w}
+
+    m = M()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
+    return path
+
+
+@pytest.fixture(scope="session")
+def scaled_saved_model():
+    """Makes tiny SavedModels where the model does not matter (pushes, copies)."""
+    return _save_scaled_model

@@ -129,40 +129,24 @@ def test_import_then_optimize_s3_source_and_outputs(tmp_path, s3_bucket):
     assert fs.isfile(fs.join(optimized, "Format-Serving", "saved_model.pb"))
 
 
-def _tiny_saved_model(path: str) -> str:
-    import tensorflow as tf
-
-    class M(tf.Module):
-        def __init__(self):
-            self.w = tf.Variable(2.0)
-
-        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
-        def serve(self, x):
-            return {"score": tf.reduce_sum(x, axis=1) * self.w}
-
-    m = M()
-    tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
-    return path
-
-
-def test_push_model_from_s3_to_local_base_path(tmp_path, s3_bucket):
+def test_push_model_from_s3_to_local_base_path(tmp_path, s3_bucket, scaled_saved_model):
     from tfx_bridge.components.serving_pusher import serving
 
     remote = fs.join(s3_bucket, "optimized", "Format-Serving")
-    fs.copy_tree(_tiny_saved_model(str(tmp_path / "m")), remote)
+    fs.copy_tree(scaled_saved_model(str(tmp_path / "m")), remote)
     result = serving.push(remote, str(tmp_path / "serving"), "ctr")
     assert result.pushed and result.version == 1
     assert (tmp_path / "serving" / "ctr" / "1" / "saved_model.pb").is_file()
 
 
-def test_push_gs_base_path_refused_nothing_written(tmp_path, monkeypatch):
+def test_push_gs_base_path_refused_nothing_written(tmp_path, monkeypatch, scaled_saved_model):
     import pytest
 
     from tfx_bridge.components.serving_pusher import serving
     from tfx_bridge.components.serving_pusher.errors import PusherConfigError
 
     monkeypatch.chdir(tmp_path)
-    model = _tiny_saved_model(str(tmp_path / "m"))
+    model = scaled_saved_model(str(tmp_path / "m"))
     with pytest.raises(PusherConfigError, match=r"gs://bucket/serving: .*Push to s3://, or "
                        r"to a folder the server mounts"):
         serving.push(model, "gs://bucket/serving", "ctr")

@@ -16,24 +16,11 @@ from tfx_bridge import fs, s3
 from tfx_bridge.components.serving_pusher import object_store, serving
 
 
-def _save_model(path: str, scale: float) -> str:
-    class M(tf.Module):
-        def __init__(self):
-            self.w = tf.Variable(scale)
-
-        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
-        def serve(self, x):
-            return {"score": tf.reduce_sum(x, axis=1) * self.w}
-
-    m = M()
-    tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
-    return path
-
-
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(tmp_path_factory, scaled_saved_model):
     root = tmp_path_factory.mktemp("models")
-    return {"a": _save_model(str(root / "a"), 2.0), "b": _save_model(str(root / "b"), 3.0)}
+    return {"a": scaled_saved_model(str(root / "a"), 2.0),
+            "b": scaled_saved_model(str(root / "b"), 3.0)}
 
 
 @pytest.fixture(scope="module")
