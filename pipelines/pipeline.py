@@ -33,8 +33,10 @@ def create_data_pipeline(
     fail_on_anomalies: bool = True,
     beam_pipeline_args: Optional[List[str]] = None,
     enable_cache: bool = True,
+    preprocessing_module: Optional[str] = None,
 ) -> tfx_pipeline.Pipeline:
-    """ParquetExampleGen -> StatisticsGen -> SchemaGen / ImportSchemaGen -> SchemaGuard.
+    """ParquetExampleGen -> StatisticsGen -> SchemaGen / ImportSchemaGen -> SchemaGuard
+    (-> Transform, with ``preprocessing_module``).
 
     Args:
       metadata_path: SQLite MLMD file for local runs; None when the
@@ -43,11 +45,29 @@ def create_data_pipeline(
         for ImportSchemaGen; None infers one with SchemaGen from the span.
       contract_path: the consumer contract for SchemaGuard (e.g.
         ``schemas.path(schemas.DEMO_CONTRACT)``); None checks the schema only.
+      preprocessing_module: the ``preprocessing_fn`` for stock Transform, as a
+        dotted path to the function in an installed package (e.g.
+        ``"tfx_bridge.pipelines.demo_preprocessing.preprocessing_fn"``) or a
+        module file defining ``preprocessing_fn``; None leaves Transform out.
     """
-    data = data_components(data_root, pattern, columns, schema_path, contract_path,
-                           fail_on_anomalies)
-    return _pipeline(pipeline_name, pipeline_root, list(data), metadata_path,
+    data = list(data_components(data_root, pattern, columns, schema_path, contract_path,
+                                fail_on_anomalies))
+    if preprocessing_module:
+        data.append(transform_component(data[0], data[2], data[3], preprocessing_module))
+    return _pipeline(pipeline_name, pipeline_root, data, metadata_path,
                      beam_pipeline_args, enable_cache)
+
+
+def transform_component(example_gen, schema_gen, schema_guard, preprocessing_module: str):
+    """Stock Transform on ParquetExampleGen's Examples and the schema, after SchemaGuard
+    passed the data: its statistics (vocabularies, means) are computed once by Beam,
+    its materialised examples feed PyTorch training, its graph goes to serving."""
+    where = ({"module_file": preprocessing_module} if preprocessing_module.endswith(".py")
+             else {"preprocessing_fn": preprocessing_module})
+    transform = tfx.components.Transform(examples=example_gen.outputs["examples"],
+                                         schema=schema_gen.outputs["schema"], **where)
+    transform.add_upstream_node(schema_guard)
+    return transform
 
 
 def data_components(data_root: str, pattern: str = demo_data.SPAN_PATTERN,

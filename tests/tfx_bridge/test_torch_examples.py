@@ -1,0 +1,130 @@
+"""The PyTorch reader of TFX Examples: dtypes, lists, shuffling, workers, refusals."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
+
+import tensorflow as tf  # noqa: E402
+
+from tfx_bridge.torch_examples import (  # noqa: E402
+    ExamplesDataset,
+    ExamplesReadError,
+    Feature,
+    features_from_schema,
+)
+
+
+def _example(i: int, item: int, vec_len: int = 3) -> bytes:
+    f = tf.train.Feature
+    return tf.train.Example(features=tf.train.Features(feature={
+        "item_id": f(int64_list=tf.train.Int64List(value=[item])),
+        "price": f(float_list=tf.train.FloatList(value=[i / 4])),
+        "vec": f(float_list=tf.train.FloatList(value=[i, i + 1, i + 2][:vec_len])),
+        "label": f(int64_list=tf.train.Int64List(value=[i % 2])),
+        "country": f(bytes_list=tf.train.BytesList(value=[b"de"])),
+    })).SerializeToString()
+
+
+def _write(root, split="train", files=2, per_file=50, item=lambda i: i, broken=None):
+    folder = os.path.join(root, f"Split-{split}")
+    os.makedirs(folder, exist_ok=True)
+    opts = tf.io.TFRecordOptions(compression_type="GZIP")
+    for k in range(files):
+        with tf.io.TFRecordWriter(os.path.join(folder, f"data-{k:05d}.gz"), opts) as w:
+            for j in range(per_file):
+                i = k * per_file + j
+                w.write(_example(i, item(i), 2 if i == broken else 3))
+    return str(root)
+
+
+FEATURES = {"item_id": Feature("int32"), "price": Feature("float32"),
+            "vec": Feature("float32", 3), "label": Feature("float32", wire="int64")}
+
+
+def _ids(batches):
+    return [int(round(v * 4)) for b in batches for v in b["price"].tolist()]
+
+
+def test_reader_dtypes_and_fixed_lists_become_typed_tensors(tmp_path):
+    ds = ExamplesDataset(_write(tmp_path), "train", FEATURES, batch_size=32)
+    batches = list(ds)
+    assert [len(b["price"]) for b in batches] == [32, 32, 32, 4]
+    first = batches[0]
+    assert first["item_id"].dtype == torch.int32 and first["price"].dtype == torch.float32
+    assert first["vec"].shape == (32, 3) and first["label"].dtype == torch.float32
+    assert first["vec"][5].tolist() == [5.0, 6.0, 7.0]
+    assert _ids(batches) == list(range(100))
+    assert set(first) == set(FEATURES)
+
+
+def test_reader_int64_out_of_int32_range_refused_naming_feature_file_record(tmp_path):
+    root = _write(tmp_path, item=lambda i: 3_000_000_000 if i == 57 else i)
+    with pytest.raises(ExamplesReadError, match=r"data-00001\.gz, record 7: feature 'item_id' "
+                       r"= 3000000000 does not fit int32"):
+        list(ExamplesDataset(root, "train", FEATURES))
+    # Declared int64, the same data reads.
+    ok = dict(FEATURES, item_id=Feature("int64"))
+    assert max(int(b["item_id"].max()) for b in ExamplesDataset(root, "train", ok)) == 3e9
+
+
+def test_reader_wrong_list_length_refused_naming_record(tmp_path):
+    root = _write(tmp_path, broken=12)
+    with pytest.raises(ExamplesReadError, match=r"data-00000\.gz, record 12: feature 'vec' has "
+                       r"2 values, expected 3"):
+        list(ExamplesDataset(root, "train", FEATURES))
+
+
+def test_reader_missing_feature_and_strings_refused_by_name(tmp_path):
+    root = _write(tmp_path)
+    with pytest.raises(ExamplesReadError, match=r"feature 'nope' has 0 values, expected 1"):
+        list(ExamplesDataset(root, "train", {"nope": Feature("float32")}))
+    with pytest.raises(ExamplesReadError, match=r"no split 'eval' \(splits: \['train'\]\)"):
+        ExamplesDataset(root, "eval", FEATURES)
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    schema = schema_pb2.Schema()
+    schema.feature.add(name="country", type=schema_pb2.BYTES)
+    schema.feature.add(name="free", type=schema_pb2.FLOAT)
+    with pytest.raises(ExamplesReadError, match=r"'country' holds strings.*'free' has no fixed"):
+        features_from_schema(schema)
+
+
+def test_reader_seeded_shuffle_repeats_and_covers_every_record_once(tmp_path):
+    root = _write(tmp_path, files=3, per_file=40)
+
+    def order(seed, epoch=0):
+        ds = ExamplesDataset(root, "train", FEATURES, batch_size=16, shuffle=True, seed=seed,
+                             chunk_records=32)
+        ds.set_epoch(epoch)
+        return _ids(ds)
+
+    a = order(1)
+    assert a == order(1) and sorted(a) == list(range(120))
+    assert a != list(range(120)) and a != order(2) and a != order(1, epoch=1)
+
+
+@pytest.mark.parametrize("files", [3, 1])  # by files, and by chunks when fewer files
+def test_reader_dataloader_workers_split_records_exactly_once(tmp_path, files):
+    root = _write(tmp_path, files=files, per_file=120 // files)
+    ds = ExamplesDataset(root, "train", FEATURES, batch_size=10, chunk_records=20)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
+                                         multiprocessing_context="fork")
+    assert sorted(_ids(loader)) == list(range(120))
+    halves = [_ids(ExamplesDataset(root, "train", FEATURES, batch_size=10, chunk_records=20,
+                                   shard=(i, 2))) for i in range(2)]
+    assert sorted(halves[0] + halves[1]) == list(range(120)) and all(halves)
+
+
+def test_features_from_schema_fixed_shapes_with_dtype_overrides():
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    schema = text_format.Parse("""
+        feature { name: "item_id" type: INT shape { dim { size: 1 } } }
+        feature { name: "emb" type: FLOAT shape { dim { size: 4 } } }
+        feature { name: "clicked" type: INT value_count { min: 1 max: 1 } }
+    """, schema_pb2.Schema())
+    got = features_from_schema(schema, {"item_id": "int32", "clicked": "float32"})
+    assert got == {"item_id": Feature("int32", 1, "int64"), "emb": Feature("float32", 4),
+                   "clicked": Feature("float32", 1, "int64")}
