@@ -130,14 +130,16 @@ def check_run_inputs(data_root: str, model_source: str, model_file: str = "weigh
 def run_full(workdir: str, data_root: str, model_source: str, serving_base_path: str,
              model_name: str = "ctr", evaluate: bool = True,
              beam_pipeline_args: Optional[List[str]] = None,
-             pipeline_root: Optional[str] = None) -> Dict[str, Any]:
+             pipeline_root: Optional[str] = None, **pipeline_options) -> Dict[str, Any]:
     """Runs the whole pipeline once (the newest span) and summarises what it did.
 
     ``pipeline_root`` (default ``<workdir>/pipeline_root``), ``data_root``,
     ``model_source`` and ``serving_base_path`` may be ``s3://`` or ``gs://``
     (for s3 the caller enables tensorflow-io for the stock components and passes
     Beam its options: :func:`tfx_bridge.pipelines.beam_args.object_store_args`);
-    MLMD stays in a SQLite file in ``workdir``.
+    MLMD stays in a SQLite file in ``workdir``. ``pipeline_options`` go to
+    :func:`tfx_bridge.pipelines.pipeline.create_pipeline` (e.g.
+    ``optimizer_iterations``).
 
     The summary holds the pushed version and its path (or why nothing was
     pushed), SchemaGuard's result, the conversion error, the optimizer's
@@ -153,7 +155,7 @@ def run_full(workdir: str, data_root: str, model_source: str, serving_base_path:
         serving_base_path, model_name=model_name, metadata_path=metadata_path,
         schema_path=schemas.path(schemas.DEMO_SCHEMA),
         contract_path=schemas.path(schemas.DEMO_CONTRACT), evaluate=evaluate,
-        beam_pipeline_args=beam_pipeline_args)
+        beam_pipeline_args=beam_pipeline_args, **pipeline_options)
     run_local(pipeline)
     return summarize(metadata_path, serving_base_path, model_name, before)
 

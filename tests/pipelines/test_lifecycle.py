@@ -26,6 +26,9 @@ from tfx_bridge.components.schema_guard.errors import AnomaliesFound  # noqa: E4
 from tfx_bridge.components.serving_pusher import serving  # noqa: E402
 from tfx_bridge.pipelines import demo_data, runner, train_demo_model  # noqa: E402
 
+# The optimizer's timing rounds are not what this test is about.
+FAST = {"optimizer_iterations": 10}
+
 
 def _span(data: str, span: int, rows: int = 300) -> str:
     return demo_data.write_demo_spans(data, spans=[span], rows_per_span=rows)[0]
@@ -56,12 +59,12 @@ def test_lifecycle_spans_retraining_and_a_bad_span(tmp_path):
     research1 = str(tmp_path / "research" / "span-1")
     train_demo_model.train(_span(data, 1), research1, steps=60, seed=1)
 
-    first = runner.run_full(work, data, research1, base, evaluate=False)
+    first = runner.run_full(work, data, research1, base, evaluate=False, **FAST)
     assert first["span"] == 1 and first["pushed"] and first["pushed_version"] == 1
     assert first["new_push"]
 
     seen = {e.id for e in _executions(work)}
-    again = runner.run_full(work, data, research1, base, evaluate=False)
+    again = runner.run_full(work, data, research1, base, evaluate=False, **FAST)
     assert not again["new_push"] and again["served_versions"] == [1]
     # Nothing ran again: every execution the rerun recorded is a cache hit.
     rerun = [e for e in _executions(work) if e.id not in seen]
@@ -70,12 +73,12 @@ def test_lifecycle_spans_retraining_and_a_bad_span(tmp_path):
 
     research2 = str(tmp_path / "research" / "span-2")
     train_demo_model.train(_span(data, 2), research2, steps=60, seed=2)
-    second = runner.run_full(work, data, research2, base, evaluate=False)
+    second = runner.run_full(work, data, research2, base, evaluate=False, **FAST)
     assert second["span"] == 2 and second["pushed_version"] == 2 and second["new_push"]
 
     _planted_span(data, 3)
     with pytest.raises(AnomaliesFound, match=r"feature 'item_id' \(data_vs_consumer.range\)"):
-        runner.run_full(work, data, research2, base, evaluate=False)
+        runner.run_full(work, data, research2, base, evaluate=False, **FAST)
     root = os.path.join(base, "ctr")
     assert serving.versions(root) == [1, 2]
     assert serving.State.load(root).labels["stable"] == 2

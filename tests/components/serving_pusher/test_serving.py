@@ -121,14 +121,20 @@ def test_push_unblessed_gate_pushes_nothing(models, tmp_path):
     assert not os.path.exists(tmp_path / "s" / "ctr")
 
 
-def test_labels_canary_rollback_and_retention(models, tmp_path):
+def test_labels_canary_rollback_and_retention(models, warmup, tmp_path):
+    # Labels and retention are the publishing half's; the checks before it are
+    # tested above, so versions are published without a fresh-process load each.
     base = str(tmp_path / "serving")
     root = os.path.join(base, "ctr")
-    assert serving.push(models["a"], base, "ctr").version == 1
-    assert serving.push(models["b"], base, "ctr", label="canary").version == 2
+
+    def publish(name, **kwargs):
+        return serving.publish_version(models[name], base, "ctr", warmup, **kwargs).version
+
+    assert publish("a") == 1
+    assert publish("b", label="canary") == 2
     assert serving.State.load(root).labels == {"stable": 1, "canary": 2}
-    assert serving.push(models["b"], base, "ctr", label="stable", keep_versions=2).version == 3
-    assert serving.push(models["a"], base, "ctr", label="canary", keep_versions=2).version == 4
+    assert publish("b", label="stable", keep_versions=2) == 3
+    assert publish("a", label="canary", keep_versions=2) == 4
     # Newest two (3, 4) kept; 2 is gone unless labeled: canary moved to 4, stable is 3.
     assert serving.versions(root) == [3, 4]
     labels = serving.rollback(base, "ctr", 3)
@@ -141,12 +147,13 @@ def test_labels_canary_rollback_and_retention(models, tmp_path):
         serving.rollback(base, "ctr", 2)
 
 
-def test_retention_never_removes_labeled(models, tmp_path):
+def test_retention_never_removes_labeled(models, warmup, tmp_path):
     base = str(tmp_path / "serving")
     root = os.path.join(base, "ctr")
-    serving.push(models["a"], base, "ctr")                      # 1 stable
-    for name in ("b", "a"):                                     # 2, then 3 canary
-        serving.push(models[name], base, "ctr", label="canary", keep_versions=1)
+    serving.publish_version(models["a"], base, "ctr", warmup)          # 1 stable
+    for name in ("b", "a"):                                            # 2, then 3 canary
+        serving.publish_version(models[name], base, "ctr", warmup, label="canary",
+                                keep_versions=1)
     assert serving.versions(root) == [1, 3]
 
 
@@ -155,18 +162,19 @@ _PUBLISH = ("import sys\n"
             "print(serving.publish(sys.argv[1], sys.argv[2], 'ctr', sys.argv[3], 'canary'))\n")
 
 
-def _warmup_file(models, tmp_path):
-    path = str(tmp_path / "warmup")
+@pytest.fixture(scope="module")
+def warmup(models, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("warmup") / "tf_serving_warmup_requests")
     sig = serving.inspect_model(models["a"])["signatures"]["serving_default"]
     serving.write_warmup(path, "ctr", sig, serving.synthesize_feeds(sig, 3))
     return path
 
 
 @pytest.mark.slow
-def test_publish_sigkilled_at_random_moments_leaves_only_complete_versions(models, tmp_path):
+def test_publish_sigkilled_at_random_moments_leaves_only_complete_versions(models, warmup,
+                                                                           tmp_path):
     base = str(tmp_path / "serving")
     root = os.path.join(base, "ctr")
-    warmup = _warmup_file(models, tmp_path)
     cmd = [sys.executable, "-c", _PUBLISH, models["big"], base, warmup]
     start = time.monotonic()
     subprocess.run(cmd, check=True, capture_output=True)  # version 1, and the push's length
@@ -200,9 +208,8 @@ def test_publish_sigkilled_at_random_moments_leaves_only_complete_versions(model
         tf.saved_model.load(os.path.join(root, str(v)))
 
 
-def test_concurrent_publishes_get_distinct_complete_versions(models, tmp_path):
+def test_concurrent_publishes_get_distinct_complete_versions(models, warmup, tmp_path):
     base = str(tmp_path / "serving")
-    warmup = _warmup_file(models, tmp_path)
     procs = [subprocess.Popen([sys.executable, "-c", _PUBLISH, models["a"], base, warmup],
                               stdout=subprocess.PIPE, text=True) for _ in range(3)]
     got = sorted(int(p.communicate(timeout=300)[0].strip()) for p in procs)
@@ -211,11 +218,10 @@ def test_concurrent_publishes_get_distinct_complete_versions(models, tmp_path):
         assert _complete(os.path.join(base, "ctr", str(v)), models["a"])
 
 
-def test_versions_monotonic_after_versions_removed(models, tmp_path):
+def test_versions_monotonic_after_versions_removed(models, warmup, tmp_path):
     """A counter, not the clock or a folder listing: a removed top version is not reused."""
     base = str(tmp_path / "serving")
     root = os.path.join(base, "ctr")
-    warmup = _warmup_file(models, tmp_path)
     assert serving.publish(models["a"], base, "ctr", warmup) == 1
     # Unlabeled, so removing it leaves a consistent state (a labeled version's removal
     # is refused as inconsistent state).
