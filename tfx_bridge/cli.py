@@ -670,7 +670,15 @@ def entry(argv: Optional[List[str]] = None) -> None:
     """The ``tfx-bridge`` console script: :func:`main`, then the exit. A run that
     registered tensorflow-io's s3 filesystem ends without C++ teardown, which
     tensorflow-io 0.37.1 aborts (exit 134 for a run that succeeded)."""
-    code = main(argv)
+    try:
+        code = main(argv)
+    except BaseException:  # --debug re-raises: print it as Python would, then exit 1
+        if not objectstore.tfio_enabled():
+            raise
+        import traceback
+
+        traceback.print_exc()
+        objectstore.exit_now(1)
     if objectstore.tfio_enabled():
         objectstore.exit_now(code)
     sys.exit(code)
