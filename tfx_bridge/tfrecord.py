@@ -9,7 +9,7 @@ chunks (gzip streamed, so a compressed file never expands whole in memory)
 and checks each record's CRC. A file whose first header fails its checksum is
 not a TFRecord file, and says so.
 
-Paths may be URIs (read through ``tf.io.gfile``). Gzip is detected from the
+Paths may be URIs (read through :mod:`tfx_bridge.fs`). Gzip is detected from the
 file's magic bytes, not its name.
 
 Example:

@@ -39,13 +39,14 @@ def models_config_text(base_path: str, server_base_path: str = SERVER_MOUNT) -> 
     config = msc.ModelServerConfig()
     for name in sorted(fs.listdir(base_path)):
         root = fs.join(base_path, name)
-        if name.startswith(".") or not versions(root):  # .staging/ on object stores
+        present = [] if name.startswith(".") else versions(root)  # .staging/ on s3
+        if not present:
             continue
         state = State.load(root)
         entry = config.model_config_list.config.add(
             name=name, base_path=f"{server_base_path.rstrip('/')}/{name}",
             model_platform="tensorflow")
-        live = sorted(set(state.labels.values()) | {versions(root)[-1]})
+        live = sorted(set(state.labels.values()) | {present[-1]})
         entry.model_version_policy.specific.versions.extend(live)
         for label, version in sorted(state.labels.items()):
             entry.version_labels[label] = version
@@ -166,9 +167,9 @@ def _model_volume(base_path: str, app: str):
     """(the pod's volume source, extra objects it needs) for the base path."""
     if not fs.is_remote(base_path):
         return {"hostPath": {"path": os.path.abspath(base_path)}}, []
-    from tfx_bridge import objectstore
+    from tfx_bridge import objectstore, s3
 
-    bucket, _, prefix = base_path[len("s3://"):].partition("/")
+    bucket, prefix = s3.split(base_path)
     options = ["allow-other"]
     if prefix.strip("/"):
         options.append(f"prefix {prefix.strip('/')}/")

@@ -10,19 +10,23 @@ No TFX imports. Layout (a contract: docs/ARCHITECTURE.md)::
                                      (+ model.tflite, served under --prefer_tflite_model=true)
   <base>/<name>/.staging-*/          in-progress pushes (never integer-named: Serving skips them)
   <base>/<name>/.state.json          labels and the highest version ever issued
-  <base>/<name>/.push.lock           serializes concurrent pushers
+  <base>/<name>/.push.lock           serializes concurrent pushers (local disk)
+  <base>/.staging/, <name>/.versions/  in-progress uploads, version markers (s3)
 
-A push copies into a staging folder, fsyncs every file and folder, then
-renames it to the next integer version under the lock: a push killed at any
-moment leaves no incomplete integer-named version and earlier versions
+On disk a push copies into a staging folder, fsyncs every file and folder,
+then renames it to the next integer version under the lock: a push killed at
+any moment leaves no incomplete integer-named version and earlier versions
 untouched; versions are monotonic and unique across concurrent pushers and
-clock changes (a counter, never the time). Object stores (gs://) have no
-atomic rename: there the version folder is written with saved_model.pb last,
-the file TF Serving waits for.
+clock changes (a counter, never the time). An ``s3://`` base path has no lock
+and no rename: :mod:`object_store` gives the same guarantees with conditional
+writes (numbers taken by a create-if-absent marker, saved_model.pb copied
+last, state and configs rewritten only if unchanged since read). ``gs://``
+base paths are refused.
 
 The pieces: ``base_layout`` (names and defaults), ``checks`` (fresh-process
 load, contract, TFLite, target), ``warmup``, ``publish`` (versions, state,
-lock, retention, labels), ``server_config`` (models.config, batching,
+lock, retention, labels; ``state`` and ``object_store`` under it),
+``server_config`` (models.config, batching,
 monitoring, manifest); this module's ``push`` and ``rollback`` run them.
 """
 from __future__ import annotations
@@ -140,10 +144,11 @@ def push(saved_model_dir: str, base_path: str, model_name: str, *args, **kwargs
     ``base_path`` may be ``s3://`` (see :mod:`object_store` for how a push is
     made safe there).
     """
-    check_base_path(base_path)
-    check_model_name(model_name)
     if not fs.is_remote(saved_model_dir):
         return push_local(saved_model_dir, base_path, model_name, *args, **kwargs)
+    # push_local checks these too; here they come before the model is copied down.
+    check_base_path(base_path)
+    check_model_name(model_name)
     if not fs.isfile(fs.join(saved_model_dir, "saved_model.pb")):
         raise PusherConfigError(f"{saved_model_dir} has no saved_model.pb.")
     with fs.local_copy(saved_model_dir, prefix="tfx-bridge-push-") as local:
