@@ -385,12 +385,12 @@ def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
 
     workdir = _shown(args.workdir)
     # Data, research output, pipeline root and serving base path: under --object-root
-    # when given (s3:// or gs://, as on Kubeflow), else in the workdir; MLMD stays local.
+    # when given (s3://, as on Kubeflow), else in the workdir; MLMD stays local.
     root = args.object_root.rstrip("/") if args.object_root else workdir
     data_root = fs.join(root, "data")
     pipeline_root = fs.join(root, runner.PIPELINE_ROOT_DIR)
     serving_base = fs.join(root, runner.SERVING_DIR)
-    beam = _object_store_run([root])
+    beam = _object_store_run([root, serving_base])
     progress = Progress(4, enabled=not args.quiet)
     folders = demo_data.write_demo_spans(data_root, spans=range(1, args.spans + 1),
                                          rows_per_span=args.rows)
@@ -422,11 +422,16 @@ def cmd_compile_kfp(args: argparse.Namespace) -> Dict[str, Any]:
     return {"output": path, "image": args.image}
 
 
-def _object_store_run(paths) -> Optional[List[str]]:
+def _object_store_run(paths: List[str]) -> Optional[List[str]]:
     """For a pipeline run touching ``s3://``: tensorflow-io registered for the stock
-    components, and Beam's s3 options (from the AWS variables); None otherwise."""
+    components, and Beam's s3 options (from the AWS variables); None otherwise.
+    The last of ``paths`` is the serving base path."""
+    from tfx_bridge.components.serving_pusher import serving
     from tfx_bridge.pipelines import beam_args
 
+    # A serving base path the pusher refuses (gs://) or cannot reach stops the run now,
+    # not after the pipeline's other components have run.
+    serving.check_base_path(paths[-1])
     if not objectstore.uses_s3(paths):
         return None
     objectstore.enable_tfio()
@@ -439,8 +444,8 @@ def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
     progress = Progress(2, enabled=not args.quiet)
     workdir = _shown(args.workdir)
     pipeline_root = args.pipeline_root or os.path.join(workdir, runner.PIPELINE_ROOT_DIR)
-    beam = _object_store_run([args.data_root, args.model_source, args.serving_base_path,
-                              pipeline_root])
+    beam = _object_store_run([args.data_root, args.model_source, pipeline_root,
+                              args.serving_base_path])
     model_source, note = runner.check_run_inputs(args.data_root, args.model_source)
     if note and not args.quiet:
         print(note, file=sys.stderr)
@@ -480,8 +485,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--train-steps", type=_positive_int, default=300,
                       help="Adam steps of the stand-in research team (fixed: reruns are cached)")
     demo.add_argument("--object-root", default=None,
-                      help="s3:// or gs:// URI for the data, research output, pipeline root "
-                           "and serving base path (as on Kubeflow); MLMD stays in --workdir")
+                      help="s3:// URI for the data, research output, pipeline root and "
+                           "serving base path (as on Kubeflow); MLMD stays in --workdir")
     _add_common(demo)
     demo.set_defaults(func=cmd_demo)
 

@@ -235,7 +235,8 @@ class ExamplesDataset(IterableDataset):
         except Exception as e:  # noqa: BLE001  (the C++ decoder's error names no record)
             raise ExamplesReadError(
                 f"{path}, records {first}-{first + len(records) - 1}: not tf.Examples of the "
-                f"declared types ({e}).") from e
+                f"declared types ({e}). Check each feature's wire type (int64 or float32) "
+                "against the data.") from e
         out = {}
         for name, feature in self.features.items():
             index = table.schema.get_field_index(name)
@@ -265,15 +266,17 @@ class ExamplesDataset(IterableDataset):
             raise ExamplesReadError(
                 f"{path}: feature {name!r} holds floats; declared {feature.dtype}. Declare a "
                 "float dtype, or write it as an integer feature.")
-        if target.kind in "iu":
-            info = np.iinfo(target)
-            out_of_range = np.flatnonzero((values < info.min) | (values > info.max))
+        if target.kind in "iub":
+            # bool takes 0 and 1 only: a cast would turn 2 into True without a word.
+            low, high = (0, 1) if target.kind == "b" else (np.iinfo(target).min,
+                                                            np.iinfo(target).max)
+            out_of_range = np.flatnonzero((values < low) | (values > high))
             if out_of_range.size:
                 at = int(out_of_range[0])
                 record = first + at // feature.length
                 raise ExamplesReadError(
                     f"{path}, record {record}: feature {name!r} = {int(values[at])} does not "
-                    f"fit {feature.dtype} [{info.min}, {info.max}] ({out_of_range.size} values "
+                    f"fit {feature.dtype} [{low}, {high}] ({out_of_range.size} values "
                     "in this chunk). Declare int64, or fix the data upstream.")
         # A copy in any case: Arrow's buffers are read-only, and training code may
         # write into its batches (torch does not protect a read-only array's memory).

@@ -193,3 +193,14 @@ def test_local_run_help_is_argparse_not_a_traceback():
     proc = subprocess.run([sys.executable, "-m", "tfx_bridge.kubeflow.local_run"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_run_gs_serving_base_path_refused_before_the_pipeline(tmp_path, capfd):
+    (tmp_path / "data" / "span-1").mkdir(parents=True)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "weights.pt").write_bytes(b"")
+    code, _, err = _main(capfd, "run", "--data-root", str(tmp_path / "data"),
+                         "--model-source", str(tmp_path / "m"), "--serving-base-path",
+                         "gs://bucket/serving", "--workdir", str(tmp_path / "w"))
+    _refused(code, err, "Base path gs://bucket/serving", "Push to s3://")
+    assert not (tmp_path / "w").exists()  # nothing ran

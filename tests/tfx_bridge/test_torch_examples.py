@@ -65,6 +65,9 @@ def test_reader_int64_out_of_int32_range_refused_naming_feature_file_record(tmp_
     with pytest.raises(ExamplesReadError, match=r"data-00001\.gz, record 7: feature 'item_id' "
                        r"= 3000000000 does not fit int32"):
         list(ExamplesDataset(root, "train", FEATURES))
+    with pytest.raises(ExamplesReadError, match=r"data-00000\.gz, record 2: feature 'item_id' = 2 "
+                       r"does not fit bool \[0, 1\]"):
+        list(ExamplesDataset(root, "train", {"item_id": Feature("bool")}))
     # Declared int64, the same data reads.
     ok = dict(FEATURES, item_id=Feature("int64"))
     assert max(int(b["item_id"].max()) for b in ExamplesDataset(root, "train", ok)) == 3e9
