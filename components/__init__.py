@@ -10,6 +10,7 @@ _EXPORTS = {
     "ParquetExampleGen": "tfx_bridge.components.parquet_example_gen",
     "SchemaGuard": "tfx_bridge.components.schema_guard",
     "PyTorchModelImporter": "tfx_bridge.components.pytorch_model_importer",
+    "PyTorchTrainer": "tfx_bridge.components.pytorch_trainer",
     "TrtOptimizer": "tfx_bridge.components.trt_optimizer",
     "ServingPusher": "tfx_bridge.components.serving_pusher",
 }

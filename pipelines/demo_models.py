@@ -133,6 +133,32 @@ class CtrMoE(nn.Module):
         return self.moe(torch.relu(self.dense(x)))
 
 
+class CtrTransformed(nn.Module):
+    """The demo click model trained inside the pipeline, on Transform's output.
+
+    Reads the transformed features of ``demo_preprocessing`` (``country_id``
+    from the vocabulary, ``price_z`` z-scored, ids as int64) and scores the
+    click with a top-k mixture of experts, reporting which experts ran.
+    ``countries`` is the vocabulary size plus its OOV buckets.
+    """
+
+    def __init__(self, countries: int = 7, items: int = 1000, dim: int = 8, experts: int = 4,
+                 k: int = 2):
+        super().__init__()
+        self.item = nn.Embedding(items, dim)
+        self.hour = nn.Embedding(24, 4)
+        self.country = nn.Embedding(countries, 4)
+        self.dense = nn.Linear(dim + 4 + 4 + 4, 16)
+        self.moe = TopKMoE(dim=16, experts=experts, k=k)
+
+    def forward(self, item_id, hour, country_id, price_z, user_ctr, item_seen, is_returning):
+        flags = torch.stack([price_z, user_ctr * 10.0, item_seen.float(),
+                             is_returning.float()], dim=-1)
+        x = torch.cat([self.item(item_id), self.hour(hour), self.country(country_id), flags],
+                      dim=-1)
+        return self.moe(torch.relu(self.dense(x)))
+
+
 # The demo model's declared signature lives with the demo data (no torch needed to
 # build or compile the pipeline); re-exported here beside the model.
 CTR_INPUTS = demo_data.CTR_INPUTS

@@ -8,6 +8,8 @@ for PyTorch training (Transform's materialised examples, read with
   vocabulary size.
 - ``price`` -> ``price_z``: z-score with the span's mean and deviation.
 - ``item_id`` and ``hour`` are kept as ids, ``user_ctr`` as is.
+- ``item_seen``: 1 when ``item_id`` is in the user's ``hist_items`` (a list of
+  any length), else 0; ``is_returning`` as 0/1.
 - the label ``clicked`` passes through.
 
 The raw features arrive as the demo schema declares them (one value per
@@ -25,7 +27,9 @@ LABEL = "clicked"
 COUNTRY_VOCABULARY = "country"
 COUNTRY_OOV_BUCKETS = 1
 # Transformed features the demo model reads (names as Transform writes them).
-MODEL_FEATURES = ("item_id", "hour", "price_z", "user_ctr", "country_id")
+# demo_models.CtrTransformed's forward() argument order (transformed feature names).
+MODEL_FEATURES = ("item_id", "hour", "country_id", "price_z", "user_ctr", "item_seen",
+                  "is_returning")
 
 
 def _dense(x, default):
@@ -43,11 +47,17 @@ def preprocessing_fn(inputs: Dict) -> Dict:
     import tensorflow_transform as tft
 
     country = _dense(inputs["country"], b"")
+    item = _dense(inputs["item_id"], tf.constant(0, tf.int64))
+    history = inputs["hist_items"]  # a variable-length list: sparse [batch, n]
+    history = tf.sparse.to_dense(history, tf.constant(-1, history.dtype))
+    seen = tf.reduce_any(tf.equal(history, tf.expand_dims(item, 1)), axis=1)
     return {
         "country_id": tft.compute_and_apply_vocabulary(
             country, num_oov_buckets=COUNTRY_OOV_BUCKETS, vocab_filename=COUNTRY_VOCABULARY),
         "price_z": tft.scale_to_z_score(_dense(inputs["price"], 0.0)),
-        "item_id": _dense(inputs["item_id"], tf.constant(0, tf.int64)),
+        "item_id": item,
+        "item_seen": tf.cast(seen, tf.int64),
+        "is_returning": _dense(inputs["is_returning"], tf.constant(0, tf.int64)),
         "hour": _dense(inputs["hour"], tf.constant(0, tf.int64)),
         "user_ctr": _dense(inputs["user_ctr"], 0.0),
         LABEL: _dense(inputs[LABEL], tf.constant(0, tf.int64)),

@@ -62,10 +62,9 @@ def transform_component(example_gen, schema_gen, schema_guard, preprocessing_mod
     """Stock Transform on ParquetExampleGen's Examples and the schema, after SchemaGuard
     passed the data: its statistics (vocabularies, means) are computed once by Beam,
     its materialised examples feed PyTorch training, its graph goes to serving."""
-    where = ({"module_file": preprocessing_module} if preprocessing_module.endswith(".py")
-             else {"preprocessing_fn": preprocessing_module})
     transform = tfx.components.Transform(examples=example_gen.outputs["examples"],
-                                         schema=schema_gen.outputs["schema"], **where)
+                                         schema=schema_gen.outputs["schema"],
+                                         **_where(preprocessing_module, "preprocessing_fn"))
     transform.add_upstream_node(schema_guard)
     return transform
 
@@ -121,11 +120,20 @@ def eval_config(auc_floor: float = 0.5):
                         absolute={"value": -1e-3})))])])
 
 
+DEMO_PREPROCESSING = "tfx_bridge.pipelines.demo_preprocessing.preprocessing_fn"
+DEMO_TRAINER = "tfx_bridge.pipelines.demo_trainer.run_fn"
+
+
+def _where(module: str, key: str) -> dict:
+    """A module file (``.py``, packaged by TFX for the tasks) or a dotted function path."""
+    return {"module_file": module} if module.endswith(".py") else {key: module}
+
+
 def create_pipeline(
     pipeline_name: str,
     pipeline_root: str,
     data_root: str,
-    model_source: str,
+    model_source: Optional[str],
     serving_base_path: str,
     model_name: str = "ctr",
     metadata_path: Optional[str] = None,
@@ -142,56 +150,117 @@ def create_pipeline(
     optimizer_candidates: Optional[Sequence[str]] = None,
     beam_pipeline_args: Optional[List[str]] = None,
     enable_cache: bool = True,
+    preprocessing_module: Optional[str] = None,
+    trainer_module: Optional[str] = None,
+    train_steps: int = 200,
+    custom_config: Optional[dict] = None,
+    transform_source: Optional[str] = None,
 ) -> tfx_pipeline.Pipeline:
-    """The whole bridge: Parquet spans and a PyTorch model in, a TF Serving push out.
+    """The whole bridge: Parquet spans in, a TF Serving push out, in one of two modes.
 
-    ParquetExampleGen -> StatisticsGen -> SchemaGen (or ImportSchemaGen over
-    ``schema_path``) -> SchemaGuard -> PyTorchModelImporter (from the research
-    folder ``model_source``) -> TrtOptimizer -> Evaluator (baseline: the latest
-    blessed model; AUC must not drop) -> ServingPusher. Every gate's blessing
-    goes to the pusher. Only resolver strategies KubeflowV2DagRunner compiles
-    are used (LatestBlessedModelStrategy), and no InfraValidator.
-    ``optimizer_candidates`` chooses TrtOptimizer's CPU candidates (default:
-    those stock TF Serving serves without experimental flags; add ``"tflite"``
-    or ``"xla-cpu"`` where servers run ``--prefer_tflite_model`` or
-    ``--xla_cpu_compilation_enabled``).
+    **Train in the pipeline** (``trainer_module``, ``model_source=None``):
+    ParquetExampleGen (newest span) -> StatisticsGen -> SchemaGen (or
+    ImportSchemaGen over ``schema_path``) -> SchemaGuard -> Transform
+    (``preprocessing_module``) -> PyTorchTrainer (``trainer_module``'s
+    ``run_fn``, warm-started from the latest blessed model) ->
+    PyTorchModelImporter (spec from the trainer, Transform graph served, skew
+    check) -> TrtOptimizer -> Evaluator (baseline: the latest blessed model;
+    AUC must not drop) -> ServingPusher.
+
+    **Hand over weights** (``model_source``, the research team's folder): the
+    same chain with an Importer of that folder in place of the trainer;
+    ``module_class``/``inputs``/``output_names`` declare the model. With
+    ``preprocessing_module`` the weights were trained on a Transform
+    artifact's output: give that TransformGraph's folder as
+    ``transform_source`` (the graph the team trained on is the one served);
+    without it the pipeline's own Transform graph is served.
+
+    ``preprocessing_module`` / ``trainer_module``: a dotted path to
+    ``preprocessing_fn`` / ``run_fn`` in an installed package, or a module file
+    (``.py``, which TFX packages for the tasks). Every gate's blessing goes to
+    the pusher. Only resolver strategies KubeflowV2DagRunner compiles are used
+    (LatestBlessedModelStrategy), and no InfraValidator. ``optimizer_candidates``
+    chooses TrtOptimizer's CPU candidates (default: those stock TF Serving
+    serves without experimental flags).
     """
     from tfx_bridge.components.pytorch_model_importer import PyTorchModelImporter
     from tfx_bridge.components.serving_pusher import ServingPusher
     from tfx_bridge.components.trt_optimizer import TrtOptimizer
 
+    if (model_source is None) == (trainer_module is None):
+        raise ValueError("Give trainer_module (train in the pipeline) or model_source "
+                         "(hand over weights), not both or neither.")
+    if trainer_module and not preprocessing_module:
+        raise ValueError("trainer_module trains on Transform's output: give "
+                         "preprocessing_module too.")
+    if transform_source and not model_source:
+        raise ValueError("transform_source is for hand-over mode (with model_source).")
     example_gen, statistics_gen, schema_gen, schema_guard = data_components(
         data_root, pattern, schema_path=schema_path, contract_path=contract_path)
-    research = tfx.dsl.Importer(source_uri=model_source,
-                                artifact_type=tfx.types.standard_artifacts.Model
-                                ).with_id("research_model")
-    importer = PyTorchModelImporter(
-        source_kind="state_dict", source_model=research.outputs["result"],
-        source_path=model_file, module_class=module_class,
-        inputs=list(inputs) or demo_data.CTR_INPUTS,
-        output_names=list(output_names) or demo_data.CTR_OUTPUTS,
-        schema=schema_gen.outputs["schema"], examples=example_gen.outputs["examples"])
-    # Nothing model-side runs on data SchemaGuard has not passed.
-    importer.add_upstream_node(schema_guard)
-    optimizer = TrtOptimizer(model=importer.outputs["model"],
-                             examples=example_gen.outputs["examples"],
-                             iterations=optimizer_iterations,
-                             candidates=optimizer_candidates)
-    components = [example_gen, statistics_gen, schema_gen, schema_guard, research, importer,
-                  optimizer]
-    blessing = None
+    components = [example_gen, statistics_gen, schema_gen, schema_guard]
+    baseline = None
     if evaluate:
         baseline = tfx.dsl.Resolver(
             strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
             model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
             model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
         ).with_id("latest_blessed_model")
+        components.append(baseline)
+    transform = None
+    if preprocessing_module:
+        transform = transform_component(example_gen, schema_gen, schema_guard,
+                                        preprocessing_module)
+        components.append(transform)
+    graph = transform.outputs["transform_graph"] if transform else None
+    if transform_source:
+        handed = tfx.dsl.Importer(source_uri=transform_source,
+                                  artifact_type=tfx.types.standard_artifacts.TransformGraph
+                                  ).with_id("research_transform_graph")
+        components.append(handed)
+        graph = handed.outputs["result"]
+    transformed = transform.outputs["transformed_examples"] if transform else None
+    if trainer_module:
+        from tfx_bridge.components.pytorch_trainer import PyTorchTrainer
+
+        trainer = PyTorchTrainer(
+            examples=transformed, transform_graph=graph,
+            schema=schema_gen.outputs["schema"],
+            base_model=baseline.outputs["model"] if baseline else None,
+            train_args=tfx.proto.TrainArgs(num_steps=train_steps),
+            eval_args=tfx.proto.EvalArgs(num_steps=None),
+            custom_config=custom_config, **_where(trainer_module, "run_fn"))
+        components.append(trainer)
+        importer = PyTorchModelImporter(
+            source_model=trainer.outputs["model"], transform_graph=graph,
+            examples=example_gen.outputs["examples"], transformed_examples=transformed)
+    else:
+        research = tfx.dsl.Importer(source_uri=model_source,
+                                    artifact_type=tfx.types.standard_artifacts.Model
+                                    ).with_id("research_model")
+        components.append(research)
+        importer = PyTorchModelImporter(
+            source_kind="state_dict", source_model=research.outputs["result"],
+            source_path=model_file, module_class=module_class,
+            inputs=list(inputs) or demo_data.CTR_INPUTS,
+            output_names=list(output_names) or demo_data.CTR_OUTPUTS,
+            schema=None if graph else schema_gen.outputs["schema"],
+            examples=example_gen.outputs["examples"], transform_graph=graph,
+            transformed_examples=transformed if graph and not transform_source else None)
+    # Nothing model-side runs on data SchemaGuard has not passed.
+    importer.add_upstream_node(schema_guard)
+    optimizer = TrtOptimizer(model=importer.outputs["model"],
+                             examples=example_gen.outputs["examples"],
+                             iterations=optimizer_iterations,
+                             candidates=optimizer_candidates)
+    components += [importer, optimizer]
+    blessing = None
+    if evaluate:
         evaluator = tfx.components.Evaluator(
             examples=example_gen.outputs["examples"],
             model=optimizer.outputs["optimized_model"],
             baseline_model=baseline.outputs["model"],
             eval_config=eval_config(auc_floor))
-        components += [baseline, evaluator]
+        components.append(evaluator)
         blessing = evaluator.outputs["blessing"]
     pusher = ServingPusher(model=optimizer.outputs["optimized_model"],
                            imported_model=importer.outputs["model"],

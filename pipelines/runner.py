@@ -162,8 +162,10 @@ def run_full(workdir: str, data_root: str, model_source: str, serving_base_path:
 
 def summarize(metadata_path: str, serving_base_path: str, model_name: str,
               versions_before: set) -> Dict[str, Any]:
-    examples = latest_artifacts(metadata_path, "Examples")[0]
-    anomalies = latest_artifacts(metadata_path, "ExampleAnomalies")[0]
+    # Transform writes Examples and ExampleAnomalies too: pick the components' own.
+    examples = _latest_with(metadata_path, "Examples", "/ParquetExampleGen/")
+    anomalies = _latest_with(metadata_path, "ExampleAnomalies", "/SchemaGuard/")
+    trained = _latest_with(metadata_path, "Model", "/PyTorchTrainer/")
     imported = _latest_with(metadata_path, "Model", "PyTorchModelImporter")
     optimized = _latest_with(metadata_path, "Model", "TrtOptimizer")
     pushed = latest_artifacts(metadata_path, "PushedModel")[0]
@@ -171,6 +173,11 @@ def summarize(metadata_path: str, serving_base_path: str, model_name: str,
         "span": _custom(examples, "span"),
         "schema_guard": {"blessed": _custom(anomalies, "blessed"),
                          "findings": _custom(anomalies, "findings")},
+        "training": None if trained is None else {
+            "retrained": _custom(trained, "retrained"),
+            "warm_started_from": _custom(trained, "warm_started_from"),
+            "eval_auc": properties.get_float(trained, "eval_auc"),
+            "eval_loss": properties.get_float(trained, "eval_loss")},
         "conversion": {"blessed": _custom(imported, "blessed"),
                        "max_abs_error": properties.get_float(imported, "max_abs_error")},
         "optimizer": {"backend": _custom(optimized, "backend"),

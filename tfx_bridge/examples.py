@@ -19,7 +19,8 @@ def feature_spec(spec: TensorSpec, error: Type[Exception] = BridgeError):
     """The tf.io parse spec of a declared input (int64/float32 on the wire)."""
     import tensorflow as tf
 
-    wire = tf.float32 if spec.dtype.startswith("float") else tf.int64
+    wire = (tf.string if spec.dtype == "string"
+            else tf.float32 if spec.dtype.startswith("float") else tf.int64)
     inner = spec.shape[1:]
     if all(d > 0 for d in inner):
         return tf.io.FixedLenFeature(inner, wire)

@@ -19,7 +19,8 @@ import numpy as np
 
 from tfx_bridge.errors import BridgeError
 
-DTYPES = ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
+DTYPES = ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool",
+          "string")
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 # Default value ranges for random check inputs when none is declared.
 DEFAULT_INT_RANGE = (0, 9)
@@ -128,7 +129,11 @@ def make_inputs(inputs: Sequence[TensorSpec], batch: int, seed: int = 0, free: i
     for spec in inputs:
         shape = spec.concrete_shape(batch, free)
         lo, hi = spec.draw_range
-        if spec.dtype == "bool":
+        if spec.dtype == "string":  # a raw string feature served through a vocabulary
+            out[spec.name] = np.array(
+                [f"v{i}".encode() for i in rng.integers(0, 10, int(np.prod(shape)))],
+                dtype=object).reshape(shape)
+        elif spec.dtype == "bool":
             out[spec.name] = rng.integers(0, 2, shape).astype(bool)
         elif spec.is_integer:
             out[spec.name] = rng.integers(int(lo), int(hi) + 1, shape).astype(spec.dtype)

@@ -161,7 +161,8 @@ class ExamplesDataset(IterableDataset):
                  batch_size: int = 256, shuffle: bool = False, seed: int = 0,
                  drop_last: bool = False, chunk_records: int = 8192,
                  shard: Tuple[int, int] = (0, 1),
-                 max_record_bytes: int = tfrecord.DEFAULT_MAX_RECORD_BYTES):
+                 max_record_bytes: int = tfrecord.DEFAULT_MAX_RECORD_BYTES,
+                 files: Optional[Sequence[str]] = None):
         super().__init__()
         if not features:
             raise ExamplesReadError("No features to read: give at least one.")
@@ -171,13 +172,23 @@ class ExamplesDataset(IterableDataset):
                 "1 <= batch_size <= chunk_records.")
         if not 0 <= shard[0] < shard[1]:
             raise ExamplesReadError(f"shard {shard}: need 0 <= index < count.")
-        self.files = split_files(examples_uri, split)
+        self.files = split_files(examples_uri, split) if files is None else list(files)
         self.features = dict(features)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.drop_last, self.chunk_records, self.shard = drop_last, chunk_records, shard
         self.max_record_bytes = max_record_bytes
         self.epoch = 0
         self._schema = _schema_for(self.features)
+
+    @classmethod
+    def from_patterns(cls, patterns: Sequence[str], features: Mapping[str, Feature],
+                      **kwargs) -> ExamplesDataset:
+        """The records of the files matching ``patterns``, e.g. a Trainer's
+        ``fn_args.train_files`` (``.../Split-train/*``)."""
+        files = sorted({f for p in patterns for f in fs.glob(p) if fs.isfile(f)})
+        if not files:
+            raise ExamplesReadError(f"No record files match {list(patterns)}.")
+        return cls("", "", features, files=files, **kwargs)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

@@ -14,6 +14,8 @@ from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigEr
 SOURCE_MODEL_KEY = executor.SOURCE_MODEL_KEY
 SCHEMA_KEY = executor.SCHEMA_KEY
 EXAMPLES_KEY = executor.EXAMPLES_KEY
+TRANSFORM_GRAPH_KEY = executor.TRANSFORM_GRAPH_KEY
+TRANSFORMED_EXAMPLES_KEY = executor.TRANSFORMED_EXAMPLES_KEY
 MODEL_KEY = executor.MODEL_KEY
 BLESSED_PROPERTY = executor.BLESSED_PROPERTY
 
@@ -37,6 +39,10 @@ class PyTorchModelImporterSpec(component_spec.ComponentSpec):
         SOURCE_MODEL_KEY: ChannelParameter(type=standard_artifacts.Model, optional=True),
         SCHEMA_KEY: ChannelParameter(type=standard_artifacts.Schema, optional=True),
         EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples, optional=True),
+        TRANSFORM_GRAPH_KEY: ChannelParameter(type=standard_artifacts.TransformGraph,
+                                              optional=True),
+        TRANSFORMED_EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples,
+                                                   optional=True),
     }
     OUTPUTS = {MODEL_KEY: ChannelParameter(type=standard_artifacts.Model)}
 
@@ -54,6 +60,16 @@ class PyTorchModelImporter(base_component.BaseComponent):
     EmbeddingBags and batch-1 reshapes are rewritten for the converter, each
     named in the report; what cannot be converted is refused before the Model
     is written, naming the ONNX op, node and PyTorch module.
+
+    A ``source_model`` from PyTorchTrainer (its ``Format-PyTorch/`` holds the
+    state_dict and a spec) needs no ``inputs``, ``output_names`` or
+    ``module_class``: they come from the spec, declared once where the model
+    is trained. With ``transform_graph``, the SavedModel serves raw features
+    through the Transform graph (``serving_default`` takes them by name with
+    raw dtypes, ``serving_tf_example`` raw tf.Examples); with ``examples``
+    (raw) and ``transformed_examples`` too, PyTorch on Transform's
+    materialised eval features is compared with the SavedModel on the same
+    records raw: the training/serving skew check.
 
     Outputs:
       model: ``standard_artifacts.Model`` with ``Format-Serving/``,
@@ -75,10 +91,12 @@ class PyTorchModelImporter(base_component.BaseComponent):
     SPEC_CLASS = PyTorchModelImporterSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
-    def __init__(self, source_kind: str, inputs: Sequence[str], output_names: Sequence[str],
+    def __init__(self, source_kind: str = convert.SOURCE_STATE_DICT,
+                 inputs: Sequence[str] = (), output_names: Sequence[str] = (),
                  source_path: Optional[str] = None, source_model=None,
                  module_class: Optional[str] = None, module_kwargs: Optional[dict] = None,
-                 schema=None, examples=None, opset: int = convert.DEFAULT_OPSET,
+                 schema=None, examples=None, transform_graph=None,
+                 transformed_examples=None, opset: int = convert.DEFAULT_OPSET,
                  atol: float = convert.DEFAULT_ATOL, rtol: float = 0.0,
                  fail_on_not_equivalent: bool = True):
         """Builds the component; specs and names are checked now, files at run time.
@@ -99,12 +117,18 @@ class PyTorchModelImporter(base_component.BaseComponent):
                 f"source_kind {source_kind!r}: use one of {convert.SOURCES}.")
         if source_path is None and source_model is None:
             raise ImporterConfigError("Give source_path, source_model, or both.")
-        if source_kind == convert.SOURCE_STATE_DICT and not module_class:
+        from_spec = source_model is not None and not (inputs or output_names or module_class)
+        if source_kind == convert.SOURCE_STATE_DICT and not module_class and not from_spec:
             raise ImporterConfigError("A state_dict source needs module_class (pkg.mod:Class).")
+        if transformed_examples is not None and transform_graph is None:
+            raise ImporterConfigError(
+                "transformed_examples without transform_graph: give the Transform's "
+                "transform_graph too (the skew check compares the two).")
         if not convert.MIN_OPSET <= opset <= 20:
             raise ImporterConfigError(f"opset {opset}: use {convert.MIN_OPSET} to 20.")
-        specs = signature.parse_input_specs(list(inputs))
-        names = signature.check_output_names(list(output_names))
+        # Taken from the source model's spec at run time when none is declared.
+        specs = signature.parse_input_specs(list(inputs)) if not from_spec else []
+        names = signature.check_output_names(list(output_names)) if not from_spec else []
         spec = PyTorchModelImporterSpec(
             source_kind=source_kind, source_path=source_path, module_class=module_class,
             module_kwargs=None if module_kwargs is None else json.dumps(module_kwargs),
@@ -112,5 +136,6 @@ class PyTorchModelImporter(base_component.BaseComponent):
             opset=opset, atol=float(atol), rtol=float(rtol),
             fail_on_not_equivalent=int(bool(fail_on_not_equivalent)),
             source_model=source_model, schema=schema, examples=examples,
+            transform_graph=transform_graph, transformed_examples=transformed_examples,
             model=channel.Channel(type=standard_artifacts.Model))
         super().__init__(spec=spec)

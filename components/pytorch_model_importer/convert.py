@@ -25,6 +25,7 @@ Steps:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -40,7 +41,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from tfx_bridge import compare, examples, fs, layout, savedmodel
-from tfx_bridge.components.pytorch_model_importer import rewrite
+from tfx_bridge.components.pytorch_model_importer import rewrite, transform_wrap
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ConversionError,
     ImporterConfigError,
@@ -620,8 +621,16 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
                  atol: float = DEFAULT_ATOL, rtol: float = 0.0,
                  batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
                  examples_dir: Optional[str] = None, schema=None,
-                 tamper_onnx=None, graph_rewrites: bool = True) -> ImportResult:
+                 tamper_onnx=None, graph_rewrites: bool = True,
+                 transform_dir: Optional[str] = None,
+                 transformed_examples_dir: Optional[str] = None) -> ImportResult:
     """Imports ``source`` into ``output_dir``; either may be a URI.
+
+    With ``transform_dir`` (a TFX TransformGraph), the SavedModel serves raw
+    features through the Transform graph (see :mod:`.transform_wrap`): the
+    model's inputs are transformed features; ``examples_dir`` then holds the
+    raw Examples and ``transformed_examples_dir`` Transform's materialised
+    ones, for the skew check across the chain.
 
     torch, onnx and onnx2tf read and write local files only: a remote source
     is copied to a local folder first (an ONNX file with the folder beside it,
@@ -630,13 +639,19 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
     """
     remote_onnx = source.kind == SOURCE_ONNX and fs.is_remote(source.path)
     source_root = fs.dirname(source.path) if remote_onnx else source.path
-    with fs.local_copy(source_root) as local_root, fs.local_output(output_dir) as local_out:
+    with contextlib.ExitStack() as stack:
+        local_root = stack.enter_context(fs.local_copy(source_root))
+        local_out = stack.enter_context(fs.local_output(output_dir))
+        transform = (stack.enter_context(fs.local_copy(transform_dir, "tfx-bridge-tft-"))
+                     if transform_dir else None)
         local_path = (os.path.join(local_root, fs.basename(source.path)) if remote_onnx
                       else local_root)
         local = dataclasses.replace(source, path=local_path)
         result = _import_local(local, inputs, output_names, local_out, opset, atol, rtol,
                                batch_sizes, examples_dir, schema, tamper_onnx, graph_rewrites,
-                               shown_source=source.path)
+                               shown_source=source.path, transform_dir=transform,
+                               transformed_examples_dir=transformed_examples_dir,
+                               shown_transform=transform_dir)
     if fs.is_remote(output_dir):
         result.serving_dir = fs.join(output_dir, SERVING_DIR)
     return result
@@ -646,7 +661,9 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
                   output_names: Sequence[str], output_dir: str, opset: int,
                   atol: float, rtol: float, batch_sizes: Sequence[int],
                   examples_dir: Optional[str], schema, tamper_onnx, graph_rewrites: bool,
-                  shown_source: str) -> ImportResult:
+                  shown_source: str, transform_dir: Optional[str] = None,
+                  transformed_examples_dir: Optional[str] = None,
+                  shown_transform: Optional[str] = None) -> ImportResult:
     """Runs every step into ``output_dir`` (the Model artifact layout).
 
     ``graph_rewrites=False`` converts the exported ONNX as onnx2tf takes it (no
@@ -656,6 +673,8 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
     """
     start = time.perf_counter()
     serving_dir = os.path.join(output_dir, SERVING_DIR)
+    if transform_dir:  # a name mismatch is refused before the minutes of conversion
+        transform_wrap.check_model_inputs(inputs, transform_wrap.transformed_spec(transform_dir))
     with tempfile.TemporaryDirectory(prefix="tfx-bridge-import-") as work:
         onnx_path = os.path.join(work, "model.onnx")
         module = None
@@ -683,13 +702,36 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
         if os.path.exists(serving_dir):
             shutil.rmtree(serving_dir)
         os.makedirs(output_dir, exist_ok=True)
-        wrap_saved_model(converted, serving_dir, inputs, output_names, schema)
+        # With Transform, the converted model is wrapped twice: model inputs -> outputs
+        # (checked against torch and onnxruntime), then raw features -> that model.
+        model_dir = os.path.join(work, "model-inputs") if transform_dir else serving_dir
+        wrap_saved_model(converted, model_dir, inputs, output_names,
+                         None if transform_dir else schema)
+        raw_inputs = None
+        if transform_dir:
+            raw_inputs = transform_wrap.wrap(model_dir, serving_dir, transform_dir, inputs,
+                                             output_names)
         converted_at = time.perf_counter()
-        real = (examples.inputs_from_examples(examples_dir, inputs, max(batch_sizes),
+        feeds_from = transformed_examples_dir if transform_dir else examples_dir
+        if transform_dir and not transformed_examples_dir:
+            feeds_from = None
+        real = (examples.inputs_from_examples(feeds_from, inputs, max(batch_sizes),
                                               ImporterConfigError)
-                if examples_dir else None)
-        checks = verify(serving_dir, onnx_path, inputs, output_names, module, atol, rtol,
+                if feeds_from else None)
+        checks = verify(model_dir, onnx_path, inputs, output_names, module, atol, rtol,
                         batch_sizes, real)
+        chain = None
+        if transform_dir and examples_dir and transformed_examples_dir:
+            def reference(feeds):
+                if module is not None:
+                    return run_torch(module, feeds, inputs)
+                return run_ort(onnx_path, feeds)
+
+            chain_checks, chain = transform_wrap.verify_chain(
+                serving_dir, transform_dir, examples_dir, transformed_examples_dir, inputs,
+                output_names, reference, raw_inputs, atol, rtol, batch_sizes,
+                lambda *row: OutputCheck(*row))
+            checks += chain_checks
         verified = time.perf_counter()
     blessed = all(c.ok for c in checks)
     worst = max_float_error(checks)
@@ -700,13 +742,24 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
                    else os.path.abspath(shown_source),
                    "module_class": source.module_class},
         "opset": opset if source.kind != SOURCE_ONNX else None,
-        "inputs": [s.to_text() for s in inputs],
+        # serving_default's inputs (raw features when a Transform graph is served).
+        "inputs": ([r.to_text() for r in raw_inputs] if raw_inputs is not None
+                   else [s.to_text() for s in inputs]),
+        "model_inputs": [s.to_text() for s in inputs],
         "outputs": list(output_names),
+        "transform": None if not transform_dir else {
+            "graph": shown_transform,
+            "raw_inputs": [r.to_text() for r in raw_inputs],
+            # PyTorch on Transform's materialised eval features vs the SavedModel on the
+            # same records raw: the training/serving skew check (None: not run).
+            "skew_check": chain},
         "signatures": {
-            SERVING_SIGNATURE: "declared inputs -> named outputs",
-            EXAMPLE_SIGNATURE: f"{EXAMPLE_INPUT}: string [None] (serialized tf.Example)"},
+            SERVING_SIGNATURE: ("raw features -> Transform -> model -> named outputs"
+                                if transform_dir else "declared inputs -> named outputs"),
+            EXAMPLE_SIGNATURE: f"{EXAMPLE_INPUT}: string [None] (serialized "
+                               f"{'raw ' if transform_dir else ''}tf.Example)"},
         "tolerance": {"atol": atol, "rtol": rtol, "integer_outputs": "exact"},
-        "inputs_from": "examples" if examples_dir and real is not None else "random",
+        "inputs_from": "examples" if feeds_from and real is not None else "random",
         "max_abs_error": worst,
         "rewrites": [r.to_json() for r in rewrites],
         "seconds": {"export": round(exported - start, 2),

@@ -11,7 +11,7 @@ from tfx import version as tfx_version
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
-from tfx_bridge import fs, properties, schema_file
+from tfx_bridge import fs, properties, schema_file, torch_model
 from tfx_bridge.components.pytorch_model_importer import convert, signature
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ImporterConfigError,
@@ -22,6 +22,8 @@ from tfx_bridge.components.pytorch_model_importer.errors import (
 SOURCE_MODEL_KEY = "source_model"
 SCHEMA_KEY = "schema"
 EXAMPLES_KEY = "examples"
+TRANSFORM_GRAPH_KEY = "transform_graph"
+TRANSFORMED_EXAMPLES_KEY = "transformed_examples"
 MODEL_KEY = "model"
 SOURCE_KIND_KEY = "source_kind"
 SOURCE_PATH_KEY = "source_path"
@@ -59,6 +61,67 @@ def _json(value, default):
     return default if value is None else json.loads(value)
 
 
+def _uri(input_dict, key: str):
+    return artifact_utils.get_single_uri(input_dict[key]) if input_dict.get(key) else None
+
+
+def source_from_folder(folder: str, exec_properties: Dict[str, Any]):
+    """The source, inputs, outputs and module of an import: declared on the component,
+    or read from the source model's ``Format-PyTorch/`` spec (PyTorchTrainer's), but
+    never both differently."""
+    declared_inputs = _json(exec_properties.get(INPUTS_KEY), [])
+    declared_outputs = _json(exec_properties.get(OUTPUT_NAMES_KEY), [])
+    pytorch = torch_model.folder_of(folder) if folder else ""
+    if pytorch and torch_model.has_model(pytorch):
+        try:
+            spec = torch_model.read_spec(pytorch)
+        except torch_model.TorchModelError as e:
+            raise ModelSourceError(str(e)) from e
+        declared = {"inputs": declared_inputs, "output_names": declared_outputs,
+                    "module_class": exec_properties.get(MODULE_CLASS_KEY) or None}
+        from_spec = {"inputs": spec.inputs, "output_names": spec.outputs,
+                     "module_class": spec.module_class}
+        clash = [f"{k}: declared {declared[k]!r}, spec {from_spec[k]!r}"
+                 for k in declared if declared[k] and declared[k] != from_spec[k]]
+        if clash:
+            raise ImporterConfigError(
+                f"The source model's spec ({fs.join(pytorch, torch_model.SPEC_FILE)}) and the "
+                "component disagree: " + "; ".join(clash) + ". Declare nothing on the "
+                "component (the spec is where the model was trained), or fix the run_fn.")
+        source = convert.ModelSource(
+            convert.SOURCE_STATE_DICT, fs.join(pytorch, spec.weights), spec.module_class,
+            spec.module_kwargs)
+        return source, spec.inputs, spec.outputs
+    if not declared_inputs or not declared_outputs:
+        raise ImporterConfigError(
+            f"{folder or 'The source'} holds no {torch_model.PYTORCH_DIR}/"
+            f"{torch_model.SPEC_FILE}: declare inputs and output_names (and module_class "
+            "for a state_dict) on the component.")
+    source = convert.ModelSource(
+        exec_properties[SOURCE_KIND_KEY],
+        resolve_source_path(folder, exec_properties.get(SOURCE_PATH_KEY) or ""),
+        exec_properties.get(MODULE_CLASS_KEY) or None,
+        _json(exec_properties.get(MODULE_KWARGS_KEY), {}))
+    return source, declared_inputs, declared_outputs
+
+
+def carry_pytorch(source, inputs, outputs, model_uri: str) -> None:
+    """Keeps the PyTorch form (state_dict + spec) in the imported Model, so the latest
+    blessed model can warm-start the next training (docs/ARCHITECTURE.md)."""
+    if source.kind != convert.SOURCE_STATE_DICT:
+        return
+    target = torch_model.folder_of(model_uri)
+    origin = fs.dirname(source.path)
+    if fs.basename(origin.rstrip("/")) == torch_model.PYTORCH_DIR:
+        fs.copy_tree(origin, target)  # a trainer's folder: spec, metrics, lineage
+        return
+    fs.makedirs(target)
+    fs.copy(source.path, fs.join(target, torch_model.WEIGHTS_FILE))
+    spec = torch_model.ModelSpec(source.module_class, dict(source.module_kwargs or {}),
+                                 list(inputs), list(outputs))
+    fs.write_text(fs.join(target, torch_model.SPEC_FILE), spec.to_json())
+
+
 class Executor(base_executor.BaseExecutor):
     """Imports a PyTorch/ONNX model into Format-Serving and proves it equivalent."""
 
@@ -66,16 +129,10 @@ class Executor(base_executor.BaseExecutor):
            output_dict: Dict[str, List[types.Artifact]],
            exec_properties: Dict[str, Any]) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
-        folder = ""
-        if input_dict.get(SOURCE_MODEL_KEY):
-            folder = artifact_utils.get_single_uri(input_dict[SOURCE_MODEL_KEY])
-        source = convert.ModelSource(
-            exec_properties[SOURCE_KIND_KEY],
-            resolve_source_path(folder, exec_properties.get(SOURCE_PATH_KEY) or ""),
-            exec_properties.get(MODULE_CLASS_KEY) or None,
-            _json(exec_properties.get(MODULE_KWARGS_KEY), {}))
-        inputs = signature.parse_input_specs(_json(exec_properties[INPUTS_KEY], []))
-        outputs = signature.check_output_names(_json(exec_properties[OUTPUT_NAMES_KEY], []))
+        folder = _uri(input_dict, SOURCE_MODEL_KEY) or ""
+        source, input_texts, output_names = source_from_folder(folder, exec_properties)
+        inputs = signature.parse_input_specs(input_texts)
+        outputs = signature.check_output_names(output_names)
         schema = None
         if input_dict.get(SCHEMA_KEY):
             schema = schema_file.load_schema(artifact_utils.get_single_uri(input_dict[SCHEMA_KEY]),
@@ -91,7 +148,10 @@ class Executor(base_executor.BaseExecutor):
             opset=convert.DEFAULT_OPSET if opset is None else int(opset),
             atol=convert.DEFAULT_ATOL if atol is None else float(atol),
             rtol=0.0 if rtol is None else float(rtol),
-            examples_dir=examples_dir, schema=schema)
+            examples_dir=examples_dir, schema=schema,
+            transform_dir=_uri(input_dict, TRANSFORM_GRAPH_KEY),
+            transformed_examples_dir=_uri(input_dict, TRANSFORMED_EXAMPLES_KEY))
+        carry_pytorch(source, input_texts, outputs, model.uri)
         model.set_int_custom_property(BLESSED_PROPERTY, 1 if result.blessed else 0)
         model.set_string_custom_property(SOURCE_PROPERTY, f"{source.kind}:{source.path}")
         # Recorded only when measured (a model that raised at every batch has none).

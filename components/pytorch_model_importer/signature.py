@@ -24,7 +24,13 @@ def parse_input_spec(text: str) -> TensorSpec:
 
 
 def parse_input_specs(texts: Sequence[str]) -> List[TensorSpec]:
-    return tensorspec.parse_input_specs(texts, ImporterConfigError)
+    specs = tensorspec.parse_input_specs(texts, ImporterConfigError)
+    strings = [s.name for s in specs if s.dtype == "string"]
+    if strings:
+        raise ImporterConfigError(
+            f"Model inputs {strings} are strings: a PyTorch model takes tensors. Map strings "
+            "to ids in a Transform preprocessing_fn and import with its transform_graph.")
+    return specs
 
 
 def check_output_names(names: Sequence[str]) -> List[str]:

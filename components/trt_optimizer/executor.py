@@ -12,7 +12,7 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_bridge import properties
+from tfx_bridge import fs, properties, torch_model
 from tfx_bridge.components.trt_optimizer import optimize
 from tfx_bridge.components.trt_optimizer.errors import Drifted
 
@@ -71,6 +71,11 @@ class Executor(base_executor.BaseExecutor):
                          "maximum_cached_engines": int(_get(p, MAXIMUM_CACHED_ENGINES_KEY, 1))},
             candidates=json.loads(p[CANDIDATES_KEY]) if p.get(CANDIDATES_KEY) else None)
         report = result.report
+        # The PyTorch form travels with the model (docs/ARCHITECTURE.md): once this
+        # artifact is blessed, the next training warm-starts from it.
+        pytorch = torch_model.folder_of(model.uri)
+        if torch_model.has_model(pytorch):
+            fs.copy_tree(pytorch, torch_model.folder_of(out.uri))
         out.set_int_custom_property(BLESSED_PROPERTY, 1 if result.blessed else 0)
         out.set_string_custom_property(BACKEND_PROPERTY, result.backend)
         out.set_string_custom_property(PRECISION_PROPERTY, result.precision)

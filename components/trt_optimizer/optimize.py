@@ -63,6 +63,8 @@ from tfx_bridge.savedmodel import (
 
 SERVING_DIR = savedmodel.SERVING_DIR
 NOXLA_SIGNATURE = "serving_default_noxla"
+# What a Transform-wrapped SavedModel exposes beside its signatures (docs/ARCHITECTURE.md).
+TRANSFORM_WRAPPED_ATTRIBUTES = ("inner", "transform_raw", "transform_examples")
 REPORT_JSON = layout.REPORT_JSON
 REPORT_MD = layout.REPORT_MD
 REPORT_PNG = "latency.png"
@@ -279,29 +281,44 @@ def _frozen(fn):
 
 
 def build_cpu_candidate(name: str, loaded, out_dir: str) -> List[str]:
-    """Saves candidate ``name`` built from ``loaded`` into ``out_dir``; returns serving flags."""
+    """Saves candidate ``name`` built from ``loaded`` into ``out_dir``; returns serving flags.
+
+    A Transform-wrapped SavedModel (``inner``, ``transform_raw``,
+    ``transform_examples``: docs/ARCHITECTURE.md) has its model half optimized
+    and its preprocessing half (string inputs, lookup tables, vocabulary
+    assets) kept as it is: lookup tables cannot be frozen into constants.
+    """
     import tensorflow as tf
 
-    fn = loaded.signatures[SERVING_SIGNATURE]
-    specs = fn.structured_input_signature[1]
+    outer = loaded.signatures[SERVING_SIGNATURE]
+    wrapped = all(hasattr(loaded, a) for a in TRANSFORM_WRAPPED_ATTRIBUTES)
+    fn = loaded.inner.signatures[SERVING_SIGNATURE] if wrapped else outer
+    specs = outer.structured_input_signature[1]
     names = sorted(specs)
     input_signature = [tf.TensorSpec(specs[n].shape, specs[n].dtype, name=n) for n in names]
     frozen = None if name == "xla-cpu" else _frozen(fn)
     module = tf.Module()
     module.loaded = loaded
 
-    def plain(*args):
-        feeds = dict(zip(names, args, strict=True))
+    def model(feeds):
         if frozen is None:
             return fn(**feeds)
         # A frozen function returns a flat list in tf.nest order; restore the names.
         return tf.nest.pack_sequence_as(fn.structured_outputs, frozen(**feeds))
 
-    serve = tf.function(plain, input_signature=input_signature,
-                        jit_compile=name in ("xla-cpu", "xla-frozen"))
+    def plain(*args):
+        feeds = dict(zip(names, args, strict=True))
+        return model(loaded.transform_raw(feeds) if wrapped else feeds)
+
+    jit = name in ("xla-cpu", "xla-frozen")
+    serve = tf.function(plain, input_signature=input_signature, jit_compile=jit and not wrapped)
+    if jit and wrapped:  # XLA compiles the model half; string ops and tables stay outside
+        compiled = tf.function(model, jit_compile=True)
+        serve = tf.function(lambda *args: compiled(loaded.transform_raw(
+            dict(zip(names, args, strict=True)))), input_signature=input_signature)
     signatures = {SERVING_SIGNATURE: serve.get_concrete_function()}
     flags = []
-    if name in ("xla-cpu", "xla-frozen"):
+    if jit:
         noxla = tf.function(plain, input_signature=input_signature)
         signatures[NOXLA_SIGNATURE] = noxla.get_concrete_function()
         module.noxla = noxla
@@ -310,8 +327,14 @@ def build_cpu_candidate(name: str, loaded, out_dir: str) -> List[str]:
         example_fn = loaded.signatures[EXAMPLE_SIGNATURE]
         ex_specs = example_fn.structured_input_signature[1]
         ex_names = sorted(ex_specs)
+        if wrapped:
+            def call_examples(*args):
+                return model(loaded.transform_examples(*args))
+        else:
+            def call_examples(*args):
+                return example_fn(**dict(zip(ex_names, args, strict=True)))
         examples = tf.function(
-            lambda *args: example_fn(**dict(zip(ex_names, args, strict=True))),
+            call_examples,
             input_signature=[tf.TensorSpec(ex_specs[n].shape, ex_specs[n].dtype, name=n)
                              for n in ex_names])
         signatures[EXAMPLE_SIGNATURE] = examples.get_concrete_function()
