@@ -24,7 +24,8 @@ ENTRYPOINT = ["python", "-m", "tfx_bridge.kubeflow.entrypoint"]
 EXECUTOR_MODULE = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 
 
-def compile_pipeline(output: str, pipeline_root: str, data_root: str, model_source: str,
+def compile_pipeline(output: str, pipeline_root: str, data_root: str,
+                     model_source: Optional[str],
                      serving_base_path: str, image: str = DEFAULT_IMAGE,
                      contract_path: Optional[str] = None, schema_path: Optional[str] = None,
                      beam_pipeline_args: Optional[List[str]] = None,
@@ -32,7 +33,13 @@ def compile_pipeline(output: str, pipeline_root: str, data_root: str, model_sour
     """Writes the PipelineJob JSON (or a PipelineSpec when ``output`` ends in .yaml).
 
     ``pipeline_options`` go to :func:`tfx_bridge.pipelines.pipeline.create_pipeline`
-    (e.g. ``evaluate=False``, ``optimizer_iterations=20``, ``model_name``).
+    (e.g. ``evaluate=False``, ``optimizer_iterations=20``, ``model_name``); without
+    ``model_source`` the pipeline trains (Transform + PyTorchTrainer, the demo's
+    modules unless ``preprocessing_module`` / ``trainer_module`` say otherwise).
+    A module *file* (``.py``) is packaged by TFX into a wheel under
+    ``<pipeline_root>/_wheels/`` now, which the tasks install: on an ``s3://``
+    root this process registers tensorflow-io to write it (the CLI exits cleanly
+    afterwards; see :mod:`tfx_bridge.objectstore`).
     """
     try:
         from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
@@ -41,12 +48,22 @@ def compile_pipeline(output: str, pipeline_root: str, data_root: str, model_sour
         raise BridgeError(f"Kubeflow compile needs kfp ({e}): pip install 'tfx-bridge[kfp]' "
                           "-c constraints.txt") from e
 
+    from tfx_bridge import objectstore
     from tfx_bridge.pipelines import beam_args, pipeline
+
+    if model_source is None:
+        pipeline_options.setdefault("preprocessing_module", pipeline.DEMO_PREPROCESSING)
+        pipeline_options.setdefault("trainer_module", pipeline.DEMO_TRAINER)
+    module_files = [m for m in (pipeline_options.get("preprocessing_module"),
+                                pipeline_options.get("trainer_module")) if m and m.endswith(".py")]
+    if module_files and objectstore.uses_s3([pipeline_root]):
+        objectstore.enable_tfio()  # TFX writes the user-code wheel with tf.io.gfile
 
     # Beam's s3 options (endpoint, region from the AWS variables) for s3:// paths;
     # credentials stay in the tasks' environment.
-    beam = beam_args.object_store_args([pipeline_root, data_root, model_source,
-                                        serving_base_path], beam_pipeline_args)
+    beam = beam_args.object_store_args(
+        [p for p in (pipeline_root, data_root, model_source, serving_base_path) if p],
+        beam_pipeline_args)
     p = pipeline.create_pipeline(
         PIPELINE_NAME, pipeline_root, data_root, model_source, serving_base_path,
         schema_path=schema_path, contract_path=contract_path,

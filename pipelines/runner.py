@@ -94,8 +94,8 @@ class RunInputError(BridgeError):
     """The folders given to a pipeline run cannot work; says which and how."""
 
 
-def check_run_inputs(data_root: str, model_source: str, model_file: str = "weights.pt"
-                     ) -> Tuple[str, Optional[str]]:
+def check_run_inputs(data_root: str, model_source: Optional[str],
+                     model_file: str = "weights.pt") -> Tuple[Optional[str], Optional[str]]:
     """Refuses, before the pipeline starts, folders it would fail on minutes later.
 
     Returns the model folder to import and a note when it was picked: a
@@ -111,6 +111,8 @@ def check_run_inputs(data_root: str, model_source: str, model_file: str = "weigh
         raise RunInputError(
             f"--data-root {data_root} holds no span folders: the pipeline reads "
             f"{demo_data.SPAN_PATTERN!r} under it (e.g. {data_root}/span-1/part-0.parquet).")
+    if model_source is None:  # trained in the pipeline
+        return None, None
     if not fs.isdir(model_source):
         raise RunInputError(f"--model-source {model_source} does not exist.")
     if fs.isfile(fs.join(model_source, model_file)):
@@ -127,7 +129,8 @@ def check_run_inputs(data_root: str, model_source: str, model_file: str = "weigh
         "newest is taken).")
 
 
-def run_full(workdir: str, data_root: str, model_source: str, serving_base_path: str,
+def run_full(workdir: str, data_root: str, model_source: Optional[str],
+             serving_base_path: str,
              model_name: str = "ctr", evaluate: bool = True,
              beam_pipeline_args: Optional[List[str]] = None,
              pipeline_root: Optional[str] = None, **pipeline_options) -> Dict[str, Any]:
@@ -139,7 +142,9 @@ def run_full(workdir: str, data_root: str, model_source: str, serving_base_path:
     Beam its options: :func:`tfx_bridge.pipelines.beam_args.object_store_args`);
     MLMD stays in a SQLite file in ``workdir``. ``pipeline_options`` go to
     :func:`tfx_bridge.pipelines.pipeline.create_pipeline` (e.g.
-    ``optimizer_iterations``).
+    ``optimizer_iterations``). ``model_source=None`` trains in the pipeline:
+    Transform and PyTorchTrainer with the demo's modules unless
+    ``preprocessing_module`` / ``trainer_module`` say otherwise.
 
     The summary holds the pushed version and its path (or why nothing was
     pushed), SchemaGuard's result, the conversion error, the optimizer's
@@ -148,6 +153,9 @@ def run_full(workdir: str, data_root: str, model_source: str, serving_base_path:
     from tfx_bridge.components.serving_pusher import serving
 
     metadata_path = os.path.join(workdir, METADATA_FILE)
+    if model_source is None:
+        pipeline_options.setdefault("preprocessing_module", pipelines.DEMO_PREPROCESSING)
+        pipeline_options.setdefault("trainer_module", pipelines.DEMO_TRAINER)
     before = set(serving.versions(fs.join(serving_base_path, model_name)))
     pipeline = pipelines.create_pipeline(
         FULL_PIPELINE_NAME, pipeline_root or os.path.join(workdir, PIPELINE_ROOT_DIR),
@@ -191,6 +199,7 @@ def summarize(metadata_path: str, serving_base_path: str, model_name: str,
         "push_reason": _custom(pushed, "push_reason"),
         "pushed_version": None,
         "pushed_path": None,
+        "prediction_input": None,
         "prediction": None,
     }
     if out["pushed"]:
@@ -198,20 +207,32 @@ def summarize(metadata_path: str, serving_base_path: str, model_name: str,
         destination = _custom(pushed, "pushed_destination")
         out["pushed_path"] = destination if fs.is_remote(destination) else \
             os.path.abspath(destination)
-        out["prediction"] = predict_one(out["pushed_path"], examples.uri)
+        out["prediction_input"], out["prediction"] = predict_one(out["pushed_path"],
+                                                                 examples.uri)
     from tfx_bridge.components.serving_pusher import serving
     out["served_versions"] = serving.versions(fs.join(serving_base_path, model_name))
     out["new_push"] = bool(set(out["served_versions"]) - versions_before)
     return out
 
 
-def predict_one(saved_model_dir: str, examples_uri: str) -> Dict[str, Any]:
-    """One record of the eval split through the pushed model's tf.Example signature."""
+def predict_one(saved_model_dir: str, examples_uri: str
+                ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """One raw record of the eval split through the pushed model's tf.Example
+    signature: (the record's features the model's serving_default takes, the outputs)."""
     import tensorflow as tf
 
     files = fs.glob(fs.join(examples_uri, "Split-eval", "*.gz"))
     record = next(tfrecord.read_batches(files[0], batch_size=1, limit=1)).records[0]
+    features = tf.train.Example.FromString(record).features.feature
     with fs.local_copy(saved_model_dir, prefix="tfx-bridge-predict-") as local:
         model = tf.saved_model.load(local)
         result = model.signatures["serving_tf_example"](examples=tf.reshape(record, [1]))
-        return {k: v.numpy().tolist()[0] for k, v in sorted(result.items())}
+        taken = model.signatures["serving_default"].structured_input_signature[1]
+        shown = {}
+        for name in sorted(taken):
+            f = features[name]
+            values = list(getattr(f, f.WhichOneof("kind")).value) if f.WhichOneof("kind") \
+                else []
+            values = [v.decode() if isinstance(v, bytes) else v for v in values]
+            shown[name] = values[0] if len(values) == 1 else values
+        return shown, {k: v.numpy().tolist()[0] for k, v in sorted(result.items())}

@@ -22,6 +22,10 @@ from typing import Optional
 BLESSED = "blessed"  # int 1/0 on every gate's output; the pusher pushes only on all 1
 MAX_ABS_ERROR = "max_abs_error"  # importer: float, exact
 REWRITES = "rewrites"  # importer: comma-separated rewrite kinds applied
+# importer: sha256 of what the SavedModel was made from (weights, spec, opset,
+# tolerances, Transform graph); with the optimizer's serving flags it names the
+# model for the pusher's "nothing new" check.
+SOURCE_DIGEST = "source_digest"
 BACKEND = "backend"  # optimizer: the backend that ran
 PRECISION = "precision"
 REQUIRES_GPU = "requires_gpu"  # optimizer: int 1/0

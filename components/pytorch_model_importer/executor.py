@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from absl import logging
 from tfx import types
@@ -11,6 +11,7 @@ from tfx import version as tfx_version
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
+import tfx_bridge
 from tfx_bridge import fs, properties, schema_file, torch_model
 from tfx_bridge.components.pytorch_model_importer import convert, signature
 from tfx_bridge.components.pytorch_model_importer.errors import (
@@ -105,6 +106,29 @@ def source_from_folder(folder: str, exec_properties: Dict[str, Any]):
     return source, declared_inputs, declared_outputs
 
 
+def source_digest(source, inputs, outputs, exec_properties: Dict[str, Any],
+                  transform_dir: Optional[str]) -> str:
+    """sha256 of what the SavedModel is made from: the model file, the declared
+    signature and module, the conversion settings and the Transform graph's files."""
+    import hashlib
+
+    h = hashlib.sha256(json.dumps({
+        "kind": source.kind, "module_class": source.module_class,
+        "module_kwargs": source.module_kwargs, "inputs": list(inputs),
+        "outputs": list(outputs), "tfx_bridge": tfx_bridge.__version__,
+        **{k: exec_properties.get(k) for k in (OPSET_KEY, ATOL_KEY, RTOL_KEY)}},
+        sort_keys=True, default=str).encode())
+    files = [("model", source.path)]
+    if transform_dir:
+        files += [(rel, fs.join(transform_dir, rel)) for rel in fs.files_under(transform_dir)]
+    for name, path in files:
+        h.update(b"\0" + name.encode() + b"\0")
+        with fs.open_file(path, "rb") as f:
+            for chunk in iter(lambda f=f: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
 def carry_pytorch(source, inputs, outputs, model_uri: str) -> None:
     """Keeps the PyTorch form (state_dict + spec) in the imported Model, so the latest
     blessed model can warm-start the next training (docs/ARCHITECTURE.md)."""
@@ -152,6 +176,9 @@ class Executor(base_executor.BaseExecutor):
             transform_dir=_uri(input_dict, TRANSFORM_GRAPH_KEY),
             transformed_examples_dir=_uri(input_dict, TRANSFORMED_EXAMPLES_KEY))
         carry_pytorch(source, input_texts, outputs, model.uri)
+        model.set_string_custom_property(properties.SOURCE_DIGEST, source_digest(
+            source, input_texts, outputs, exec_properties,
+            _uri(input_dict, TRANSFORM_GRAPH_KEY)))
         model.set_int_custom_property(BLESSED_PROPERTY, 1 if result.blessed else 0)
         model.set_string_custom_property(SOURCE_PROPERTY, f"{source.kind}:{source.path}")
         # Recorded only when measured (a model that raised at every batch has none).

@@ -80,6 +80,13 @@ class Executor(base_executor.BaseExecutor):
         examples = (artifact_utils.get_single_uri(input_dict[EXAMPLES_KEY])
                     if input_dict.get(EXAMPLES_KEY) else None)
         batching = exec_properties.get(BATCHING_KEY)
+        identity = None
+        imported = input_dict.get(IMPORTED_MODEL_KEY)
+        source = _prop(imported[0], properties.SOURCE_DIGEST, None) if imported else None
+        if source:
+            # Two optimizer runs over the same sources may keep different (drift-checked,
+            # equivalent) candidates; only what the server must be told changes the model.
+            identity = f"source:{source} flags:{' '.join(flags)}"
         result = serving.push(
             path_utils.serving_model_path(model.uri, path_utils.is_old_model_artifact(model)),
             exec_properties[BASE_PATH_KEY], exec_properties[MODEL_NAME_KEY],
@@ -93,7 +100,8 @@ class Executor(base_executor.BaseExecutor):
             warmup_records=int(exec_properties.get(WARMUP_RECORDS_KEY) or 10),
             blessings=blessings,
             batching_overrides=None if batching is None else json.loads(batching),
-            server_base_path=exec_properties.get(SERVER_BASE_PATH_KEY) or serving.SERVER_MOUNT)
+            server_base_path=exec_properties.get(SERVER_BASE_PATH_KEY) or serving.SERVER_MOUNT,
+            identity=identity)
         pushed.set_int_custom_property(PUSHED_PROPERTY, 1 if result.pushed else 0)
         pushed.set_string_custom_property(REASON_PROPERTY, result.reason)
         if result.pushed:

@@ -161,14 +161,17 @@ def push_local(saved_model_dir: str, base_path: str, model_name: str, label: str
                allow_contract_change: bool = False, keep_versions: int = 5,
                warmup_records: int = 10, blessings: Optional[Dict[str, Optional[int]]] = None,
                batching_overrides: Optional[dict] = None,
-               server_base_path: str = SERVER_MOUNT, lock_timeout_s: float = 600.0
-               ) -> PushResult:
+               server_base_path: str = SERVER_MOUNT, lock_timeout_s: float = 600.0,
+               identity: Optional[str] = None) -> PushResult:
     """Gate, check, warm up, publish atomically, then write configs and retain.
 
     ``blessings`` maps a gate's name to its ``blessed`` value (None: the gate
     carries no blessing). A failed gate or check is a not-pushed result with
     the reason, not an exception. ``server_base_path`` is where the server sees
     ``base_path`` (the manifest's mount; models.config points there).
+    ``identity`` names the model for the "nothing new" check (a pipeline passes
+    the importer's source digest with the optimizer's backend and flags); by
+    default the SavedModel's bytes decide.
     """
     import tempfile
 
@@ -210,7 +213,9 @@ def push_local(saved_model_dir: str, base_path: str, model_name: str, label: str
         model_root = fs.join(base_path, model_name)
         state = State.load(model_root)
         served = state.labels.get("stable") or (versions(model_root) or [None])[-1]
-        digest = model_digest(saved_model_dir)
+        # What decides "the same model": the bytes, or (from a pipeline) the model's
+        # sources and optimizer choice, which a re-export does not reproduce byte for byte.
+        digest = identity or model_digest(saved_model_dir)
         same = state.labels.get(label)
         if same is not None and state.digests.get(str(same)) == digest and \
                 same in versions(model_root):
