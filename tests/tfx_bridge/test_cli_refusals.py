@@ -137,6 +137,23 @@ def test_cli_run_without_spans_refused_up_front(tmp_path, capfd):
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.parametrize("extra, needle", [
+    (["--model-source", "M", "--trainer-module", "pkg.train.run_fn"],
+     "--trainer-module trains in the pipeline; --model-source hands over weights"),
+    (["--transform-source", "T"], "--transform-source is for hand-over mode"),
+    (["--model-source", "M", "--transform-source", "T"],
+     "--transform-source needs --preprocessing-module"),
+])
+def test_cli_run_mode_options_that_conflict_refused(tmp_path, capfd, extra, needle):
+    (tmp_path / "data" / "span-1").mkdir(parents=True)
+    code, _, err = _main(capfd, "run", "--data-root", str(tmp_path / "data"),
+                         "--serving-base-path", str(tmp_path / "s"),
+                         "--workdir", str(tmp_path / "w"),
+                         *[str(tmp_path / a) if a in ("M", "T") else a for a in extra])
+    _refused(code, err, needle)
+    assert not (tmp_path / "w").exists()
+
+
 def test_cli_run_model_source_research_root_takes_newest_span(tmp_path):
     from tfx_bridge.pipelines import runner
 
