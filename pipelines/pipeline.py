@@ -58,12 +58,19 @@ def create_data_pipeline(
                      beam_pipeline_args, enable_cache)
 
 
-def transform_component(example_gen, schema_gen, schema_guard, preprocessing_module: str):
+def transform_component(example_gen, schema_gen, schema_guard, preprocessing_module: str,
+                        statistics: bool = False):
     """Stock Transform on ParquetExampleGen's Examples and the schema, after SchemaGuard
-    passed the data: its statistics (vocabularies, means) are computed once by Beam,
-    its materialised examples feed PyTorch training, its graph goes to serving."""
+    passed the data: its analyzers (vocabularies, means) are computed once by Beam,
+    its materialised examples feed PyTorch training, its graph goes to serving.
+
+    ``statistics`` turns on Transform's own pre- and post-transform TFDV
+    statistics and anomalies: two more passes over the data (about a third of
+    Transform's time on the demo spans); off by default, since StatisticsGen and
+    SchemaGuard already check the raw data."""
     transform = tfx.components.Transform(examples=example_gen.outputs["examples"],
                                          schema=schema_gen.outputs["schema"],
+                                         disable_statistics=not statistics,
                                          **_where(preprocessing_module, "preprocessing_fn"))
     transform.add_upstream_node(schema_guard)
     return transform
@@ -155,6 +162,7 @@ def create_pipeline(
     train_steps: int = 200,
     custom_config: Optional[dict] = None,
     transform_source: Optional[str] = None,
+    transform_statistics: bool = False,
 ) -> tfx_pipeline.Pipeline:
     """The whole bridge: Parquet spans in, a TF Serving push out, in one of two modes.
 
@@ -175,7 +183,9 @@ def create_pipeline(
     ``transform_source`` (the graph the team trained on is the one served);
     without it the pipeline's own Transform graph is served.
 
-    ``preprocessing_module`` / ``trainer_module``: a dotted path to
+    ``transform_statistics`` adds Transform's pre/post-transform statistics
+    (see :func:`transform_component`). ``preprocessing_module`` / ``trainer_module``:
+    a dotted path to
     ``preprocessing_fn`` / ``run_fn`` in an installed package, or a module file
     (``.py``, which TFX packages for the tasks). Every gate's blessing goes to
     the pusher. Only resolver strategies KubeflowV2DagRunner compiles are used
@@ -209,7 +219,7 @@ def create_pipeline(
     transform = None
     if preprocessing_module:
         transform = transform_component(example_gen, schema_gen, schema_guard,
-                                        preprocessing_module)
+                                        preprocessing_module, transform_statistics)
         components.append(transform)
     graph = transform.outputs["transform_graph"] if transform else None
     if transform_source:

@@ -107,6 +107,18 @@ def test_cli_demo_trains_in_pipeline_and_serves_raw_records(tmp_path):
                                         for n in demo_preprocessing.MODEL_FEATURES))
     assert summary["prediction"]["score"] == pytest.approx(score[0].tolist(), abs=1e-4)
     assert summary["prediction"]["experts"] == experts[0].tolist()
+    # ... and its raw features by name (serving_default), strings as strings.
+    signature = tf.saved_model.load(summary["pushed_path"]).signatures["serving_default"]
+    example = tf.train.Example.FromString(record).features.feature
+    feeds = {}
+    for name, spec in signature.structured_input_signature[1].items():
+        f = example[name]
+        values = list(getattr(f, f.WhichOneof("kind")).value)
+        feeds[name] = tf.constant([values] if spec.shape.rank == 2 else values, spec.dtype)
+    assert feeds["country"].dtype == tf.string
+    raw_out = signature(**feeds)
+    assert raw_out["score"].numpy()[0].tolist() == pytest.approx(score[0].tolist(), abs=1e-4)
+    assert raw_out["experts"].numpy()[0].tolist() == experts[0].tolist()
     for line in ("SchemaGuard: clean", "PyTorchTrainer: trained", "Pushed: version 1",
                  "Prediction of the pushed model on one raw eval record (country="):
         assert line in proc.stdout
@@ -180,11 +192,12 @@ def test_cli_compile_kfp_writes_spec_with_our_executors(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     spec = json.loads(out.read_text())["pipelineSpec"]
     tasks = set(spec["root"]["dag"]["tasks"])
-    assert {"ParquetExampleGen", "SchemaGuard", "PyTorchModelImporter", "TrtOptimizer",
-            "Evaluator", "ServingPusher", "research_model",
+    assert {"ParquetExampleGen", "SchemaGuard", "Transform", "PyTorchTrainer",
+            "PyTorchModelImporter", "TrtOptimizer", "Evaluator", "ServingPusher",
             "latest_blessed_model-model-resolver"} <= tasks
+    assert "research_model" not in tasks  # training mode by default
     args = " ".join(" ".join(e["container"].get("args", []))
                     for e in spec["deploymentSpec"]["executors"].values() if "container" in e)
-    for component in ("schema_guard", "pytorch_model_importer", "trt_optimizer",
-                      "serving_pusher", "parquet_example_gen"):
+    for component in ("schema_guard", "pytorch_trainer", "pytorch_model_importer",
+                      "trt_optimizer", "serving_pusher", "parquet_example_gen"):
         assert f"tfx_bridge.components.{component}.executor.Executor" in args

@@ -1,0 +1,66 @@
+"""create_pipeline's two modes, as built (no run): which components, wired how."""
+from __future__ import annotations
+
+import pytest
+
+from tfx_bridge import schemas
+from tfx_bridge.pipelines import pipeline as pipelines
+
+
+def _ids(p):
+    return [c.id for c in p.components]
+
+
+def _inputs(component):
+    return {k: c.producer_component_id for k, c in component.inputs.items()}
+
+
+def test_create_pipeline_training_mode_wires_transform_trainer_and_importer(tmp_path):
+    p = pipelines.create_pipeline(
+        "t", str(tmp_path / "root"), str(tmp_path / "data"), None, str(tmp_path / "s"),
+        schema_path=schemas.path(schemas.DEMO_SCHEMA),
+        preprocessing_module=pipelines.DEMO_PREPROCESSING,
+        trainer_module=pipelines.DEMO_TRAINER)
+    assert "Transform" in _ids(p) and "PyTorchTrainer" in _ids(p)
+    assert "research_model" not in _ids(p)
+    by_id = {c.id: c for c in p.components}
+    assert _inputs(by_id["PyTorchTrainer"]) == {
+        "examples": "Transform", "transform_graph": "Transform",
+        "schema": "ImportSchemaGen", "base_model": "latest_blessed_model"}
+    assert _inputs(by_id["PyTorchModelImporter"]) == {
+        "source_model": "PyTorchTrainer", "transform_graph": "Transform",
+        "examples": "ParquetExampleGen", "transformed_examples": "Transform"}
+    assert by_id["PyTorchTrainer"].exec_properties["run_fn"] == pipelines.DEMO_TRAINER
+
+
+def test_create_pipeline_handover_with_transform_source_serves_that_graph(tmp_path):
+    p = pipelines.create_pipeline(
+        "t", str(tmp_path / "root"), str(tmp_path / "data"), str(tmp_path / "research"),
+        str(tmp_path / "s"), preprocessing_module=pipelines.DEMO_PREPROCESSING,
+        transform_source=str(tmp_path / "research_tft"),
+        module_class="tfx_bridge.pipelines.demo_models:CtrTransformed",
+        inputs=["price_z:float32:-1"], output_names=["score", "experts"])
+    by_id = {c.id: c for c in p.components}
+    assert "PyTorchTrainer" not in by_id
+    importer = _inputs(by_id["PyTorchModelImporter"])
+    assert importer["source_model"] == "research_model"
+    # The graph the team trained on is the one served; the pipeline's own Transform
+    # output is not paired with it for the skew check.
+    assert importer["transform_graph"] == "research_transform_graph"
+    assert "transformed_examples" not in importer
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"model_source": None}, "Give trainer_module .* or model_source"),
+    ({"model_source": "m", "trainer_module": pipelines.DEMO_TRAINER}, "not both"),
+    ({"model_source": None, "trainer_module": pipelines.DEMO_TRAINER},
+     "give preprocessing_module too"),
+    ({"model_source": None, "trainer_module": pipelines.DEMO_TRAINER,
+      "preprocessing_module": pipelines.DEMO_PREPROCESSING, "transform_source": "t"},
+     "transform_source is for hand-over mode"),
+])
+def test_create_pipeline_conflicting_modes_refused(tmp_path, kwargs, message):
+    model_source = kwargs.pop("model_source")
+    with pytest.raises(ValueError, match=message):
+        pipelines.create_pipeline("t", str(tmp_path), str(tmp_path), model_source,
+                                  str(tmp_path / "s"), **kwargs)
