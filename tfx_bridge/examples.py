@@ -6,7 +6,7 @@ Examples folder may be a URI (read through tf.io.gfile).
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence, Type
+from typing import Dict, List, Optional, Sequence, Type
 
 import numpy as np
 
@@ -46,6 +46,20 @@ def parse_examples(serialized, inputs: Sequence[TensorSpec],
     return out
 
 
+def read_records(examples_dir: str, count: int, error: Type[Exception] = BridgeError,
+                 split: str = "*") -> List[bytes]:
+    """Up to ``count`` serialized records of a split (default: any split) of an
+    Examples folder, read with checked headers (a forged length is a refusal)."""
+    records: List[bytes] = []
+    for path in sorted(fs.glob(fs.join(examples_dir, f"Split-{split}", "*"))):
+        for batch in tfrecord.read_batches(path, count, error=error,
+                                           limit=count - len(records)):
+            records.extend(batch.records)
+        if len(records) >= count:
+            break
+    return records
+
+
 def inputs_from_examples(examples_dir: str, inputs: Sequence[TensorSpec], count: int,
                          error: Type[Exception] = BridgeError
                          ) -> Optional[Dict[str, np.ndarray]]:
@@ -53,14 +67,7 @@ def inputs_from_examples(examples_dir: str, inputs: Sequence[TensorSpec], count:
     import tensorflow as tf
     from google.protobuf.message import DecodeError
 
-    files = fs.glob(fs.join(examples_dir, "Split-*", "*"))
-    records: list = []
-    for path in files:  # checked headers: a forged length is a refusal, not a crash
-        for batch in tfrecord.read_batches(path, count, error=error,
-                                           limit=count - len(records)):
-            records.extend(batch.records)
-        if len(records) >= count:
-            break
+    records = read_records(examples_dir, count, error)
     if not records:
         return None
     serialized = tf.constant(records)

@@ -33,7 +33,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from tfx_bridge import compare, fs, tfrecord
+from tfx_bridge import compare, examples
 from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
 from tfx_bridge.errors import short_message
 from tfx_bridge.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
@@ -229,18 +229,6 @@ def wrap(inner_dir: str, out_dir: str, transform_dir: str, inputs: Sequence[Tens
 # --------------------------------------------------------------------------- skew check
 
 
-def _records(examples_dir: str, split: str, count: int) -> List[bytes]:
-    files = sorted(fs.glob(fs.join(examples_dir, f"Split-{split}", "*")))
-    records: List[bytes] = []
-    for path in files:
-        for batch in tfrecord.read_batches(path, count, error=ImporterConfigError,
-                                           limit=count - len(records)):
-            records.extend(batch.records)
-        if len(records) >= count:
-            break
-    return records
-
-
 def _row_keys(columns: Dict[str, np.ndarray], names: Sequence[str]) -> List[bytes]:
     n = len(columns[names[0]])
     return [b"|".join(np.ascontiguousarray(columns[k][i]).tobytes() for k in names)
@@ -258,7 +246,7 @@ def paired_rows(serving_dir: str, transform_dir: str, raw_examples: str,
     output = _tft().TFTransformOutput(transform_dir)
     names = [s.name for s in inputs]
     transformed_spec = {n: output.transformed_feature_spec()[n] for n in names}
-    materialised = _records(transformed_examples, split, scan)
+    materialised = examples.read_records(transformed_examples, scan, ImporterConfigError, split)
     if not materialised:
         return [], {}, 0, 0
     parsed = tf.io.parse_example(tf.constant(materialised), transformed_spec)
@@ -266,7 +254,7 @@ def paired_rows(serving_dir: str, transform_dir: str, raw_examples: str,
     by_key: Dict[bytes, int] = {}
     for i, key in enumerate(_row_keys(columns, names)):
         by_key.setdefault(key, i)
-    raw = _records(raw_examples, split, scan)
+    raw = examples.read_records(raw_examples, scan, ImporterConfigError, split)
     layer = output.transform_features_layer()
     raw_spec = output.raw_feature_spec()
     graph = layer(tf.io.parse_example(tf.constant(raw), raw_spec)) if raw else {}
