@@ -163,6 +163,35 @@ def trained_on(folder: str) -> Optional[str]:
     return value if isinstance(value, str) else None
 
 
+def import_module_class(name: str):
+    """The ``torch.nn.Module`` subclass named ``pkg.module:ClassName``.
+
+    Importing runs the module's import-time code (module classes are trusted,
+    see README "Trust boundaries"); the class is checked to be a Module
+    subclass before anything calls it, so a name such as ``os:system`` is
+    refused rather than run with the spec's kwargs.
+    """
+    import importlib
+
+    import torch
+
+    module_path, _, class_name = name.partition(":")
+    if not module_path or not class_name:
+        raise TorchModelError(f"module class {name!r}: expected pkg.module:ClassName.")
+    try:
+        cls = getattr(importlib.import_module(module_path), class_name)
+    except (ImportError, AttributeError) as e:
+        raise TorchModelError(
+            f"module class {name!r}: cannot import it ({e}). Install the package that "
+            "defines it, or fix the path.") from e
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise TorchModelError(
+            f"module class {name!r} is {type(cls).__name__} "
+            f"{getattr(cls, '__qualname__', cls)!r}, not a torch.nn.Module subclass. Name "
+            "the model's class, e.g. mypkg.models:CtrModel.")
+    return cls
+
+
 def load_state_dict(folder: str) -> Dict[str, Any]:
     """The tensors in ``folder``'s weights file (``weights_only``: no pickled code runs)."""
     import torch

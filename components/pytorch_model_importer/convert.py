@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import json
 import os
 import re
@@ -40,7 +39,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfx_bridge import compare, examples, fs, layout, savedmodel
+from tfx_bridge import compare, examples, fs, layout, savedmodel, torch_model
 from tfx_bridge.components.pytorch_model_importer import rewrite, transform_wrap
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ConversionError,
@@ -126,23 +125,10 @@ def load_torch_module(source: ModelSource):
                 f"{source.path}: not a TorchScript file ({type(e).__name__}: {e}). Save it with "
                 "torch.jit.script(model).save(path) or torch.jit.trace, or give --state-dict "
                 "with --module-class.") from e
-    module_path, _, class_name = source.module_class.partition(":")
-    if not module_path or not class_name:
-        raise ImporterConfigError(
-            f"--module-class {source.module_class!r}: expected pkg.module:ClassName.")
     try:
-        cls = getattr(importlib.import_module(module_path), class_name)
-    except (ImportError, AttributeError) as e:
-        raise ImporterConfigError(
-            f"--module-class {source.module_class!r}: cannot import it ({e}). Install the "
-            "package that defines it, or fix the path.") from e
-    # Checked before anything is called: a module class is a torch.nn.Module, never an
-    # arbitrary callable (os:system would run a command with --module-kwargs).
-    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
-        raise ImporterConfigError(
-            f"--module-class {source.module_class!r} is {type(cls).__name__} "
-            f"{getattr(cls, '__qualname__', cls)!r}, not a torch.nn.Module subclass. Name the "
-            "model's class, e.g. mypkg.models:CtrModel.")
+        cls = torch_model.import_module_class(source.module_class)
+    except torch_model.TorchModelError as e:
+        raise ImporterConfigError(f"--module-class: {e}") from e
     try:
         module = cls(**(source.module_kwargs or {}))
     except TypeError as e:

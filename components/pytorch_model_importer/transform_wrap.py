@@ -235,9 +235,9 @@ def _row_keys(columns: Dict[str, np.ndarray], names: Sequence[str]) -> List[byte
             for i in range(n)]
 
 
-def paired_rows(serving_dir: str, transform_dir: str, raw_examples: str,
-                transformed_examples: str, inputs: Sequence[TensorSpec], count: int,
-                split: str = "eval", scan: int = 4096):
+def paired_rows(transform_dir: str, raw_examples: str, transformed_examples: str,
+                inputs: Sequence[TensorSpec], count: int, split: str = "eval",
+                scan: int = 4096):
     """Up to ``count`` raw eval records and, for each, the materialised record with the
     same transformed values. Returns (raw records, model feeds from the materialised
     records, raw records read, raw records without a counterpart)."""
@@ -286,8 +286,7 @@ def verify_chain(serving_dir: str, transform_dir: str, raw_examples: str,
     import tensorflow as tf
 
     raw, feeds, scanned, unmatched = paired_rows(
-        serving_dir, transform_dir, raw_examples, transformed_examples, inputs,
-        max(batch_sizes))
+        transform_dir, raw_examples, transformed_examples, inputs, max(batch_sizes))
     summary = {"raw_records": scanned, "paired": len(raw), "without_counterpart": unmatched}
     reference = "torch on Transform's materialised features"
     if not raw:

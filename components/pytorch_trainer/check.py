@@ -2,7 +2,6 @@
 rebuilds from its spec and takes its own weights. No TFX imports."""
 from __future__ import annotations
 
-import importlib
 from typing import Dict, Tuple
 
 from tfx_bridge import torch_model
@@ -23,9 +22,11 @@ def check_trained(folder: str) -> Tuple[torch_model.ModelSpec, Dict[str, float]]
         state = torch_model.load_state_dict(folder)
     except torch_model.TorchModelError as e:
         raise TrainerOutputError(str(e)) from e
-    module_name, _, class_name = spec.module_class.partition(":")
     try:
-        cls = getattr(importlib.import_module(module_name), class_name)
+        cls = torch_model.import_module_class(spec.module_class)
+    except torch_model.TorchModelError as e:
+        raise TrainerOutputError(f"The model spec in {folder}: {e}") from e
+    try:
         module = cls(**spec.module_kwargs)
         module.load_state_dict(state, strict=True)
     except Exception as e:  # the user's class: any error means the spec does not rebuild it

@@ -49,6 +49,20 @@ def test_check_trained_valid_model_returns_spec_and_metrics(tmp_path):
     assert spec == SPEC and metrics == {"eval_auc": 0.75}
 
 
+def test_check_trained_spec_naming_a_callable_not_module_refused_before_call(tmp_path):
+    torch_model.save(str(tmp_path), torch.nn.Linear(2, 1), SPEC)
+    path = tmp_path / torch_model.SPEC_FILE
+    marker = tmp_path / "ran"
+    data = {**json.loads(path.read_text()), "module_class": "os:system",
+            "module_kwargs": {"command": f"touch {marker}"}}
+    path.write_text(json.dumps(data))
+    with pytest.raises(TrainerOutputError,
+                       match=r"'os:system' is builtin_function_or_method 'system', not a "
+                             r"torch\.nn\.Module subclass"):
+        check_trained(str(tmp_path))
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize("change, message", [
     ({"module_class": "os.system"}, r"module_class 'os\.system' is not 'pkg\.mod:Class'"),
     ({"inputs": ["x:float99:-1"]}, r"inputs: .*dtype 'float99'"),
