@@ -44,8 +44,20 @@ class Probe:
         return "TensorRT is available but no GPU is visible"
 
 
+_FOUND: Optional[Probe] = None
+
+
 def probe(timeout_s: int = 300) -> Probe:
-    """Runs the probe in a child process; a crash there is reported, never inherited."""
+    """Runs the probe in a child process; a crash there is reported, never inherited.
+
+    An answer the child gave is kept for the life of this process (the host's
+    TensorRT libraries and GPUs do not change under it; each probe costs a
+    TensorFlow start-up, ~5 s, per optimizer run in a LocalDagRunner process);
+    a timeout or a crash is not kept, so the next run asks again.
+    """
+    global _FOUND
+    if _FOUND is not None:
+        return _FOUND
     try:
         result = child.run_python(["-m", PROBE_MODULE], "TRT_PROBE ", timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -54,5 +66,6 @@ def probe(timeout_s: int = 300) -> Probe:
     if result.returncode != 0 or found is None:
         return Probe(False, 0, None, None, f"the TensorRT probe died (exit "
                      f"{result.returncode}): {result.stderr_tail}")
-    return Probe(found["tensorrt"], int(found["gpus"]), found["linked"], found["loaded"],
-                 found["reason"])
+    _FOUND = Probe(found["tensorrt"], int(found["gpus"]), found["linked"], found["loaded"],
+                   found["reason"])
+    return _FOUND
