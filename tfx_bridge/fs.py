@@ -217,6 +217,14 @@ def open_file(path: str, mode: str = "rb"):
     return s3.open_file(path, mode) if s3 else _gfile(path).GFile(path, mode)
 
 
+def hash_file(h, path: str, chunk: int = 1 << 20) -> None:
+    """Feeds ``path``'s bytes to the hashlib object ``h`` in bounded chunks (a model
+    file may be larger than memory should hold at once)."""
+    with open_file(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+
+
 def copy(src: str, dst: str, overwrite: bool = True) -> None:
     if _s3(src) and _s3(dst):
         _s3(src).copy(src, dst)

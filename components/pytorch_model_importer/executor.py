@@ -123,9 +123,7 @@ def source_digest(source, inputs, outputs, exec_properties: Dict[str, Any],
         files += [(rel, fs.join(transform_dir, rel)) for rel in fs.files_under(transform_dir)]
     for name, path in files:
         h.update(b"\0" + name.encode() + b"\0")
-        with fs.open_file(path, "rb") as f:
-            for chunk in iter(lambda f=f: f.read(1 << 20), b""):
-                h.update(chunk)
+        fs.hash_file(h, path)
     return h.hexdigest()
 
 

@@ -53,9 +53,7 @@ def model_digest(saved_model_dir: str) -> str:
         for name in sorted(files):
             path = os.path.join(root, name)
             h.update(os.path.relpath(path, saved_model_dir).encode() + b"\0")
-            with open(path, "rb") as f:
-                for chunk in iter(lambda f=f: f.read(1 << 20), b""):
-                    h.update(chunk)
+            fs.hash_file(h, path)
     return h.hexdigest()
 
 

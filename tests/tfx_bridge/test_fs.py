@@ -44,3 +44,13 @@ def test_write_bytes_local_never_leaves_a_half_file(tmp_path):
     fs.write_text(path, "{}")
     assert fs.read_text(path) == "{}"
     assert os.listdir(tmp_path / "a") == ["report.json"]  # no temp file left behind
+
+
+def test_hash_file_in_chunks_equals_hash_of_whole_bytes(tmp_path):
+    import hashlib
+
+    data = os.urandom(10_000)
+    (tmp_path / "f").write_bytes(data)
+    h = hashlib.sha256()
+    fs.hash_file(h, str(tmp_path / "f"), chunk=4096)  # 3 chunks, the last one short
+    assert h.hexdigest() == hashlib.sha256(data).hexdigest()
