@@ -1,11 +1,13 @@
 """Transform and PyTorch training in the pipeline, and serving the Transform graph.
 
 One LocalDagRunner run (ParquetExampleGen -> ImportSchemaGen -> Transform with
-the demo preprocessing_fn -> PyTorchTrainer with the demo run_fn) feeds every
+a user's preprocessing module file: the demo preprocessing_fn plus one
+fixed-length vector feature -> PyTorchTrainer with the demo run_fn) feeds every
 test here: the reader on Transform's output, the trainer's artifact, seeded
 bit-identical training, warm start, and the hand-over import of weights
 trained on Transform's output with its transform graph (raw features served,
-the skew check, an unseen country served as Transform's OOV bucket).
+the skew check, an unseen country served as Transform's OOV bucket, a stock
+torch.nn model on the vector feature).
 """
 from __future__ import annotations
 
@@ -36,6 +38,21 @@ from tfx_bridge.torch_examples import ExamplesDataset, features_from_schema  # n
 
 pytestmark = pytest.mark.slow
 
+# A user's module *file* (TFX packages it for Transform): the demo's features plus
+# "price_ctr", a [batch, 2] float vector, for a model this library did not write.
+USER_PREPROCESSING = '''import tensorflow as tf
+
+from tfx_bridge.pipelines import demo_preprocessing
+
+
+def preprocessing_fn(inputs):
+    outputs = demo_preprocessing.preprocessing_fn(inputs)
+    outputs["price_ctr"] = tf.stack(
+        [outputs["price_z"], tf.cast(outputs["user_ctr"], tf.float32)], axis=1)
+    return outputs
+'''
+VECTOR_FEATURE = "price_ctr"
+
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
@@ -46,8 +63,10 @@ def trained(tmp_path_factory):
     metadata = str(work / "metadata.sqlite")
     example_gen, _, schema_gen, schema_guard = pipelines.data_components(
         data, schema_path=schemas.path(schemas.DEMO_SCHEMA))
+    module = work / "user_preprocessing.py"
+    module.write_text(USER_PREPROCESSING)
     transform = pipelines.transform_component(example_gen, schema_gen, schema_guard,
-                                              pipelines.DEMO_PREPROCESSING)
+                                              str(module))
     trainer = PyTorchTrainer(examples=transform.outputs["transformed_examples"],
                              transform_graph=transform.outputs["transform_graph"],
                              run_fn=pipelines.DEMO_TRAINER,
@@ -84,7 +103,8 @@ def test_reader_transform_output_typed_and_z_scored(trained):
     features = features_from_schema(output.transformed_metadata.schema,
                                     {"item_id": "int32", "hour": "int32",
                                      "country_id": "int32", "clicked": "float32"})
-    assert set(features) == set(demo_preprocessing.MODEL_FEATURES) | {"clicked"}
+    assert set(features) == set(demo_preprocessing.MODEL_FEATURES) | {"clicked",
+                                                                      VECTOR_FEATURE}
     batches = list(ExamplesDataset(trained["transformed"], "train", features, batch_size=64))
     rows = {k: torch.cat([b[k] for b in batches]).numpy() for k in features}
     vocab = output.vocabulary_size_by_name(demo_preprocessing.COUNTRY_VOCABULARY)
@@ -94,6 +114,9 @@ def test_reader_transform_output_typed_and_z_scored(trained):
     assert abs(rows["price_z"].mean()) < 1e-4 and abs(rows["price_z"].std() - 1) < 1e-3
     assert set(np.unique(rows["clicked"])) <= {0.0, 1.0}
     assert set(np.unique(rows["item_seen"])) == {0, 1}
+    # A fixed-length list feature arrives as a 2-D tensor.
+    assert rows[VECTOR_FEATURE].shape == (len(rows["price_z"]), 2)
+    np.testing.assert_array_equal(rows[VECTOR_FEATURE][:, 0], rows["price_z"])
 
 
 def test_trainer_pipeline_model_has_spec_weights_and_exact_metrics(trained):
@@ -245,3 +268,40 @@ def test_transform_renamed_feature_refused_naming_both_sides(trained, handed_ove
             parse_input_specs(renamed), spec.outputs, str(tmp_path / "out"),
             transform_dir=trained["graph"])
     assert not os.path.exists(tmp_path / "out" / convert.SERVING_DIR)
+
+
+def test_handover_stock_torch_linear_on_vector_feature_serves_only_its_raw_inputs(
+        trained, tmp_path):
+    """A model this library did not write (torch.nn.Linear) on a [batch, 2] transformed
+    feature: imported behind the Transform graph, skew-checked, and its serving
+    signature asks only for the raw features that feature is computed from."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(2, 1)
+    weights = str(tmp_path / "linear.pt")
+    torch.save(linear.state_dict(), weights)
+    result = convert.import_model(
+        convert.ModelSource("state_dict", weights, "torch.nn:Linear",
+                            {"in_features": 2, "out_features": 1}),
+        parse_input_specs([f"{VECTOR_FEATURE}:float32:-1,2"]), ["y"], str(tmp_path / "out"),
+        examples_dir=trained["raw"], transform_dir=trained["graph"],
+        transformed_examples_dir=trained["transformed"])
+    report = result.report
+    assert result.blessed, convert.check_table([c for c in report["checks"] if not c["ok"]])
+    assert report["transform"]["skew_check"]["paired"] == 32
+    assert sorted(r.split(":")[0] for r in report["transform"]["raw_inputs"]) == [
+        "price", "user_ctr"]
+    signature = tf.saved_model.load(result.serving_dir).signatures["serving_default"]
+    assert set(signature.structured_input_signature[1]) == {"price", "user_ctr"}
+    # By hand on a raw eval record: Transform's layer, then the Linear's own weights.
+    files = fs.glob(fs.join(trained["raw"], "Split-eval", "*.gz"))
+    record = next(tfrecord.read_batches(files[0], batch_size=1, limit=1)).records[0]
+    output = tft.TFTransformOutput(trained["graph"])
+    vector = output.transform_features_layer()(
+        tf.io.parse_example([record], output.raw_feature_spec()))[VECTOR_FEATURE]
+    with torch.no_grad():
+        want = linear(torch.from_numpy(vector.numpy())).numpy()
+    feature = tf.train.Example.FromString(record).features.feature
+    feeds = {name: tf.constant(np.reshape(feature[name].float_list.value,
+                                          [1] + [-1] * (spec.shape.rank - 1)), spec.dtype)
+             for name, spec in signature.structured_input_signature[1].items()}
+    np.testing.assert_allclose(signature(**feeds)["y"].numpy(), want, atol=1e-5)
