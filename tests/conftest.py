@@ -12,13 +12,15 @@ import pytest  # noqa: E402
 # by default it orders them by test count, which puts the one-test pipeline
 # files last and leaves one worker running one alone at the end.
 LONGEST_FIRST = (
-    "kubeflow/test_local_run.py",
-    "objectstore/test_s3_pipeline.py",
-    "tfx_bridge/test_cli.py",
     "pipelines/test_lifecycle.py",
+    "kubeflow/test_local_run.py",
+    "tfx_bridge/test_cli.py",
+    "components/serving_pusher/test_serving.py",
+    "objectstore/test_s3_pipeline.py",
+    "pipelines/test_training.py",
+    "components/pytorch_model_importer/test_zoo.py",
     "components/pytorch_model_importer/test_zoo_attention.py",
     "components/pytorch_model_importer/test_component.py",
-    "components/serving_pusher/test_serving.py",
 )
 
 
