@@ -2,7 +2,10 @@
 by PyTorchTrainer (warm-started from the latest blessed model), imported with its
 Transform graph, gated by the Evaluator and pushed; bad data stops before training.
 
-span 1 -> trained, imported, pushed v1; the same inputs again -> the data steps
+span 1 -> `tfx-bridge demo` as a user runs it (a subprocess): trained,
+imported, pushed v1, and the pushed version answers a raw record and raw
+features with what PyTorch computes on Transform's features; then the
+schedule takes over the demo's workdir: the same inputs again -> the data steps
 cached, the model not retrained, no new version; span 2 -> retrained with a warm
 start from v1, v2 pushed because the Evaluator blessed it; span 3 with shuffled
 labels -> trained, refused by the Evaluator, v2 still served; span 4 with a
@@ -10,7 +13,10 @@ planted int32 overflow -> stopped at SchemaGuard, nothing trained.
 """
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -24,10 +30,11 @@ from ml_metadata.proto import metadata_store_pb2  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 from tfx.orchestration import metadata as tfx_metadata  # noqa: E402
 
-from tfx_bridge import fs, tfrecord, torch_model  # noqa: E402
+from tfx_bridge import cli, fs, tfrecord, torch_model  # noqa: E402
 from tfx_bridge.components.schema_guard.errors import AnomaliesFound  # noqa: E402
 from tfx_bridge.components.serving_pusher import serving  # noqa: E402
-from tfx_bridge.pipelines import demo_data, runner  # noqa: E402
+from tfx_bridge.components.trt_optimizer import optimize  # noqa: E402
+from tfx_bridge.pipelines import demo_data, demo_models, demo_preprocessing, runner  # noqa: E402
 
 ROWS = 1200
 # The optimizer's timing rounds are not what this test is about. AUC must reach 0.6:
@@ -58,6 +65,74 @@ def _planted_overflow(data: str, span: int) -> None:
                                         pa.array(item, pa.int64())))
 
 
+def _demo(work: str) -> dict:
+    """`tfx-bridge demo` on one span, as a user runs it; checks what it printed and
+    what it served, and returns its JSON summary."""
+    import tensorflow_transform as tft
+
+    exe = os.path.join(os.path.dirname(sys.executable), "tfx-bridge")
+    proc = subprocess.run([exe, "demo", "--workdir", work, "--spans", "1", "--rows",
+                           str(ROWS), "--train-steps", str(OPTIONS["train_steps"]), "--json"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["pushed_path"] == os.path.join(work, runner.SERVING_DIR, "ctr", "1")
+    assert summary["schema_guard"]["blessed"] == 1
+    assert summary["training"]["eval_auc"] > 0.5
+    assert summary["conversion"]["max_abs_error"] <= 1e-4
+    metadata = os.path.join(work, runner.METADATA_FILE)
+    # The summary reads MLMD; it must hold the number the importer measured and reported.
+    imported = _latest_model(work, "PyTorchModelImporter")
+    with open(os.path.join(imported.uri, "report.json")) as f:
+        assert summary["conversion"]["max_abs_error"] == json.load(f)["max_abs_error"]
+    assert summary["optimizer"]["backend"] in optimize.CPU_BACKENDS
+    # The pushed model answers a raw record (a string country) with what PyTorch
+    # computes on Transform's features of that record.
+    assert isinstance(summary["prediction_input"]["country"], str)
+    record = _raw_eval_record(work)
+    graph = runner.latest_artifacts(metadata, "TransformGraph")[0]
+    output = tft.TFTransformOutput(graph.uri)
+    features = output.transform_features_layer()(
+        tf.io.parse_example([record], output.raw_feature_spec()))
+    folder = torch_model.folder_of(_latest_model(work, "PyTorchTrainer").uri)
+    model = demo_models.CtrTransformed(**torch_model.read_spec(folder).module_kwargs)
+    model.load_state_dict(torch_model.load_state_dict(folder))
+    with torch.no_grad():
+        score, experts = model.eval()(*(torch.from_numpy(features[n].numpy())
+                                        for n in demo_preprocessing.MODEL_FEATURES))
+    assert summary["prediction"]["score"] == pytest.approx(score[0].tolist(), abs=1e-4)
+    assert summary["prediction"]["experts"] == experts[0].tolist()
+    # ... and its raw features by name (serving_default), strings as strings.
+    signature = tf.saved_model.load(summary["pushed_path"]).signatures["serving_default"]
+    example = tf.train.Example.FromString(record).features.feature
+    feeds = {}
+    for name, spec in signature.structured_input_signature[1].items():
+        f = example[name]
+        values = list(getattr(f, f.WhichOneof("kind")).value)
+        feeds[name] = tf.constant([values] if spec.shape.rank == 2 else values, spec.dtype)
+    assert feeds["country"].dtype == tf.string
+    raw_out = signature(**feeds)
+    assert raw_out["score"].numpy()[0].tolist() == pytest.approx(score[0].tolist(), abs=1e-4)
+    assert raw_out["experts"].numpy()[0].tolist() == experts[0].tolist()
+    for line in ("SchemaGuard: clean", "PyTorchTrainer: trained", "Pushed: version 1",
+                 "Prediction of the pushed model on one raw eval record (country="):
+        assert line in proc.stdout
+    assert "[3/3] Done" in proc.stderr
+    # Native library logs went to the workdir's log, not the terminal.
+    assert os.path.exists(os.path.join(work, cli.PIPELINE_LOG))
+    assert "library logs in" in proc.stderr
+    assert not [ln for ln in proc.stderr.splitlines() if ln.startswith(("I0000", "W0000"))]
+    return summary
+
+
+def _raw_eval_record(work: str) -> bytes:
+    raw = [a for a in runner.latest_artifacts(os.path.join(work, runner.METADATA_FILE),
+                                              "Examples") if "/ParquetExampleGen/" in a.uri]
+    return next(tfrecord.read_batches(
+        fs.glob(fs.join(raw[-1].uri, "Split-eval", "*.gz"))[0], batch_size=1,
+        limit=1)).records[0]
+
+
 def _executions(workdir: str):
     """(component type short name, execution) in MLMD, oldest first."""
     config = tfx.orchestration.metadata.sqlite_metadata_connection_config(
@@ -75,12 +150,11 @@ def _latest_model(workdir: str, component: str):
 
 @pytest.mark.slow
 def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(tmp_path):
-    work, data = str(tmp_path / "work"), str(tmp_path / "data")
-    base = str(tmp_path / "serving")
+    work = str(tmp_path / "work")
+    data, base = os.path.join(work, "data"), os.path.join(work, runner.SERVING_DIR)
     root = os.path.join(base, "ctr")
-    demo_data.write_demo_spans(data, spans=[1], rows_per_span=ROWS, files_per_span=1)
 
-    first = runner.run_full(work, data, None, base, **OPTIONS)
+    first = _demo(work)  # span 1, the demo's settings (optimizer and AUC floor defaults)
     assert first["span"] == 1 and first["pushed_version"] == 1 and first["new_push"]
     assert first["training"]["retrained"] == 1 and first["training"]["warm_started_from"] is None
     first_weights = torch_model.load_state_dict(
@@ -127,10 +201,6 @@ def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(tmp_p
     assert not [d for d in os.listdir(root) if d.startswith(serving.STAGING_PREFIX)]
     # Version 2 answers a raw record, string country and all.
     served = tf.saved_model.load(os.path.join(root, "2"))
-    raw = [a for a in runner.latest_artifacts(os.path.join(work, runner.METADATA_FILE),
-                                              "Examples") if "/ParquetExampleGen/" in a.uri]
-    record = next(tfrecord.read_batches(
-        fs.glob(fs.join(raw[-1].uri, "Split-eval", "*.gz"))[0], batch_size=1,
-        limit=1)).records[0]
-    out = served.signatures["serving_tf_example"](examples=tf.constant([record]))
+    out = served.signatures["serving_tf_example"](
+        examples=tf.constant([_raw_eval_record(work)]))
     assert 0.0 < float(out["score"][0, 0]) < 1.0

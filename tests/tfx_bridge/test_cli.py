@@ -11,8 +11,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from tfx_bridge import cli
-from tfx_bridge.components.trt_optimizer import optimize
-from tfx_bridge.pipelines import runner
 
 
 def _run(*args, cwd=None):
@@ -58,74 +56,6 @@ def test_cli_bad_split_spec_exit_2_in_process(tmp_path, capsys):
     assert code == cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "Bad split 'train'" in err and "Traceback" not in err
-
-
-@pytest.mark.slow
-def test_cli_demo_trains_in_pipeline_and_serves_raw_records(tmp_path):
-    import tensorflow as tf
-    import tensorflow_transform as tft
-    import torch
-
-    from tfx_bridge import fs, tfrecord, torch_model
-    from tfx_bridge.pipelines import demo_models, demo_preprocessing
-
-    proc = _run("demo", "--workdir", str(tmp_path / "w"), "--rows", "1200", "--train-steps",
-                "60", "--json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = _last_json(proc.stdout)
-    assert summary["span"] == 2 and summary["pushed"] is True
-    assert summary["pushed_version"] == 1
-    assert summary["pushed_path"] == str(tmp_path / "w" / "serving" / "ctr" / "1")
-    assert summary["schema_guard"]["blessed"] == 1
-    assert summary["training"]["retrained"] == 1 and summary["training"]["eval_auc"] > 0.5
-    assert summary["conversion"]["max_abs_error"] <= 1e-4
-    metadata = str(tmp_path / "w" / runner.METADATA_FILE)
-    # The summary reads MLMD; it must hold the number the importer measured and reported.
-    imported = [m for m in runner.latest_artifacts(metadata, "Model")
-                if "PyTorchModelImporter" in m.uri]
-    with open(os.path.join(imported[0].uri, "report.json")) as f:
-        assert summary["conversion"]["max_abs_error"] == json.load(f)["max_abs_error"]
-    assert summary["optimizer"]["backend"] in optimize.CPU_BACKENDS
-    # The pushed model answers a raw record (a string country) with what PyTorch
-    # computes on Transform's features of that record.
-    assert isinstance(summary["prediction_input"]["country"], str)
-    raw = [a for a in runner.latest_artifacts(metadata, "Examples")
-           if "/ParquetExampleGen/" in a.uri][0]
-    record = next(tfrecord.read_batches(fs.glob(fs.join(raw.uri, "Split-eval", "*.gz"))[0],
-                                        batch_size=1, limit=1)).records[0]
-    graph = runner.latest_artifacts(metadata, "TransformGraph")[0]
-    output = tft.TFTransformOutput(graph.uri)
-    features = output.transform_features_layer()(
-        tf.io.parse_example([record], output.raw_feature_spec()))
-    trained = [m for m in runner.latest_artifacts(metadata, "Model")
-               if "/PyTorchTrainer/" in m.uri][0]
-    folder = torch_model.folder_of(trained.uri)
-    model = demo_models.CtrTransformed(**torch_model.read_spec(folder).module_kwargs)
-    model.load_state_dict(torch_model.load_state_dict(folder))
-    with torch.no_grad():
-        score, experts = model.eval()(*(torch.from_numpy(features[n].numpy())
-                                        for n in demo_preprocessing.MODEL_FEATURES))
-    assert summary["prediction"]["score"] == pytest.approx(score[0].tolist(), abs=1e-4)
-    assert summary["prediction"]["experts"] == experts[0].tolist()
-    # ... and its raw features by name (serving_default), strings as strings.
-    signature = tf.saved_model.load(summary["pushed_path"]).signatures["serving_default"]
-    example = tf.train.Example.FromString(record).features.feature
-    feeds = {}
-    for name, spec in signature.structured_input_signature[1].items():
-        f = example[name]
-        values = list(getattr(f, f.WhichOneof("kind")).value)
-        feeds[name] = tf.constant([values] if spec.shape.rank == 2 else values, spec.dtype)
-    assert feeds["country"].dtype == tf.string
-    raw_out = signature(**feeds)
-    assert raw_out["score"].numpy()[0].tolist() == pytest.approx(score[0].tolist(), abs=1e-4)
-    assert raw_out["experts"].numpy()[0].tolist() == experts[0].tolist()
-    for line in ("SchemaGuard: clean", "PyTorchTrainer: trained", "Pushed: version 1",
-                 "Prediction of the pushed model on one raw eval record (country="):
-        assert line in proc.stdout
-    assert "[3/3] Done" in proc.stderr
-    # Native library logs went to the workdir's log, not the terminal.
-    assert (tmp_path / "w" / cli.PIPELINE_LOG).exists() and "library logs in" in proc.stderr
-    assert not [ln for ln in proc.stderr.splitlines() if ln.startswith(("I0000", "W0000"))]
 
 
 def _ingest_demo(tmp_path, table=None):
