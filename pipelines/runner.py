@@ -9,10 +9,11 @@ from tfx import v1 as tfx
 from tfx.orchestration import metadata as tfx_metadata
 from tfx.types import artifact_utils
 
-from tfx_bridge import fs, properties, schemas, tfrecord
+from tfx_bridge import fs, properties, schemas
 from tfx_bridge.components.parquet_example_gen import executor as peg_executor
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
 from tfx_bridge.errors import BridgeError
+from tfx_bridge.examples import read_records
 from tfx_bridge.pipelines import demo_data
 from tfx_bridge.pipelines import pipeline as pipelines
 
@@ -221,8 +222,7 @@ def predict_one(saved_model_dir: str, examples_uri: str
     signature: (the record's features the model's serving_default takes, the outputs)."""
     import tensorflow as tf
 
-    files = fs.glob(fs.join(examples_uri, "Split-eval", "*.gz"))
-    record = next(tfrecord.read_batches(files[0], batch_size=1, limit=1)).records[0]
+    record = read_records(examples_uri, 1, split="eval")[0]
     features = tf.train.Example.FromString(record).features.feature
     with fs.local_copy(saved_model_dir, prefix="tfx-bridge-predict-") as local:
         model = tf.saved_model.load(local)

@@ -86,6 +86,26 @@ def torch_ctr_scores(weights: str, rows):
     return score.numpy(), experts.numpy()
 
 
+def serving_default_feeds(signature, record: bytes) -> dict:
+    """A raw tf.Example's features as ``serving_default`` takes them (a batch of one,
+    strings as strings, lists as rows)."""
+    import tensorflow as tf
+
+    feature = tf.train.Example.FromString(record).features.feature
+    feeds = {}
+    for name, spec in signature.structured_input_signature[1].items():
+        f = feature[name]
+        values = list(getattr(f, f.WhichOneof("kind")).value)
+        feeds[name] = tf.constant([values] if spec.shape.rank == 2 else values, spec.dtype)
+    return feeds
+
+
+@pytest.fixture
+def raw_feeds():
+    """:func:`serving_default_feeds`, for tests that feed a Transform-wrapped model."""
+    return serving_default_feeds
+
+
 @pytest.fixture
 def ctr_reference():
     """(demo_eval_records, torch_ctr_scores): what a test can know about a demo run."""

@@ -30,10 +30,11 @@ from ml_metadata.proto import metadata_store_pb2  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 from tfx.orchestration import metadata as tfx_metadata  # noqa: E402
 
-from tfx_bridge import cli, fs, tfrecord, torch_model  # noqa: E402
+from tfx_bridge import cli, torch_model  # noqa: E402
 from tfx_bridge.components.schema_guard.errors import AnomaliesFound  # noqa: E402
 from tfx_bridge.components.serving_pusher import serving  # noqa: E402
 from tfx_bridge.components.trt_optimizer import optimize  # noqa: E402
+from tfx_bridge.examples import read_records  # noqa: E402
 from tfx_bridge.pipelines import demo_data, demo_models, demo_preprocessing, runner  # noqa: E402
 
 ROWS = 1200
@@ -65,7 +66,7 @@ def _planted_overflow(data: str, span: int) -> None:
                                         pa.array(item, pa.int64())))
 
 
-def _demo(work: str) -> dict:
+def _demo(work: str, raw_feeds) -> dict:
     """`tfx-bridge demo` on one span, as a user runs it; checks what it printed and
     what it served, and returns its JSON summary."""
     import tensorflow_transform as tft
@@ -104,12 +105,7 @@ def _demo(work: str) -> dict:
     assert summary["prediction"]["experts"] == experts[0].tolist()
     # ... and its raw features by name (serving_default), strings as strings.
     signature = tf.saved_model.load(summary["pushed_path"]).signatures["serving_default"]
-    example = tf.train.Example.FromString(record).features.feature
-    feeds = {}
-    for name, spec in signature.structured_input_signature[1].items():
-        f = example[name]
-        values = list(getattr(f, f.WhichOneof("kind")).value)
-        feeds[name] = tf.constant([values] if spec.shape.rank == 2 else values, spec.dtype)
+    feeds = raw_feeds(signature, record)
     assert feeds["country"].dtype == tf.string
     raw_out = signature(**feeds)
     assert raw_out["score"].numpy()[0].tolist() == pytest.approx(score[0].tolist(), abs=1e-4)
@@ -128,9 +124,7 @@ def _demo(work: str) -> dict:
 def _raw_eval_record(work: str) -> bytes:
     raw = [a for a in runner.latest_artifacts(os.path.join(work, runner.METADATA_FILE),
                                               "Examples") if "/ParquetExampleGen/" in a.uri]
-    return next(tfrecord.read_batches(
-        fs.glob(fs.join(raw[-1].uri, "Split-eval", "*.gz"))[0], batch_size=1,
-        limit=1)).records[0]
+    return read_records(raw[-1].uri, 1, split="eval")[0]
 
 
 def _executions(workdir: str):
@@ -149,12 +143,13 @@ def _latest_model(workdir: str, component: str):
 
 
 @pytest.mark.slow
-def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(tmp_path):
+def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(tmp_path,
+                                                                           raw_feeds):
     work = str(tmp_path / "work")
     data, base = os.path.join(work, "data"), os.path.join(work, runner.SERVING_DIR)
     root = os.path.join(base, "ctr")
 
-    first = _demo(work)  # span 1, the demo's settings (optimizer and AUC floor defaults)
+    first = _demo(work, raw_feeds)  # span 1, the demo's settings (optimizer and AUC floor defaults)
     assert first["span"] == 1 and first["pushed_version"] == 1 and first["new_push"]
     assert first["training"]["retrained"] == 1 and first["training"]["warm_started_from"] is None
     first_weights = torch_model.load_state_dict(

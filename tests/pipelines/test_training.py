@@ -24,13 +24,14 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_transform as tft  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
-from tfx_bridge import fs, properties, schemas, tfrecord, torch_model  # noqa: E402
+from tfx_bridge import fs, properties, schemas, torch_model  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer import convert  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.errors import (  # noqa: E402
     ImporterConfigError,
 )
 from tfx_bridge.components.pytorch_trainer import PyTorchTrainer  # noqa: E402
 from tfx_bridge.components.pytorch_trainer import executor as trainer_executor  # noqa: E402
+from tfx_bridge.examples import read_records  # noqa: E402
 from tfx_bridge.pipelines import demo_data, demo_preprocessing, demo_trainer, runner  # noqa: E402
 from tfx_bridge.pipelines import pipeline as pipelines  # noqa: E402
 from tfx_bridge.tensorspec import parse_input_specs  # noqa: E402
@@ -231,8 +232,7 @@ def test_handover_with_transform_graph_serves_raw_features_and_passes_skew_check
 def test_handover_unseen_country_served_as_transform_oov_bucket(trained, handed_over):
     from tfx_bridge.pipelines.demo_models import CtrTransformed
 
-    files = fs.glob(fs.join(trained["raw"], "Split-eval", "*.gz"))
-    record = next(tfrecord.read_batches(files[0], batch_size=1, limit=1)).records[0]
+    record = read_records(trained["raw"], 1, split="eval")[0]
     example = tf.train.Example.FromString(record)
     example.features.feature["country"].bytes_list.value[:] = [b"zz"]
     output = tft.TFTransformOutput(trained["graph"])
@@ -271,7 +271,7 @@ def test_transform_renamed_feature_refused_naming_both_sides(trained, handed_ove
 
 
 def test_handover_stock_torch_linear_on_vector_feature_serves_only_its_raw_inputs(
-        trained, tmp_path):
+        trained, tmp_path, raw_feeds):
     """A model this library did not write (torch.nn.Linear) on a [batch, 2] transformed
     feature: imported behind the Transform graph, skew-checked, and its serving
     signature asks only for the raw features that feature is computed from."""
@@ -293,15 +293,11 @@ def test_handover_stock_torch_linear_on_vector_feature_serves_only_its_raw_input
     signature = tf.saved_model.load(result.serving_dir).signatures["serving_default"]
     assert set(signature.structured_input_signature[1]) == {"price", "user_ctr"}
     # By hand on a raw eval record: Transform's layer, then the Linear's own weights.
-    files = fs.glob(fs.join(trained["raw"], "Split-eval", "*.gz"))
-    record = next(tfrecord.read_batches(files[0], batch_size=1, limit=1)).records[0]
+    record = read_records(trained["raw"], 1, split="eval")[0]
     output = tft.TFTransformOutput(trained["graph"])
     vector = output.transform_features_layer()(
         tf.io.parse_example([record], output.raw_feature_spec()))[VECTOR_FEATURE]
     with torch.no_grad():
         want = linear(torch.from_numpy(vector.numpy())).numpy()
-    feature = tf.train.Example.FromString(record).features.feature
-    feeds = {name: tf.constant(np.reshape(feature[name].float_list.value,
-                                          [1] + [-1] * (spec.shape.rank - 1)), spec.dtype)
-             for name, spec in signature.structured_input_signature[1].items()}
-    np.testing.assert_allclose(signature(**feeds)["y"].numpy(), want, atol=1e-5)
+    np.testing.assert_allclose(signature(**raw_feeds(signature, record))["y"].numpy(), want,
+                               atol=1e-5)
