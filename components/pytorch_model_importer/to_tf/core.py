@@ -1,0 +1,630 @@
+"""ONNX -> TF, op by op in ONNX semantics: the importer's own converter.
+
+No TFX imports; TensorFlow and onnx are imported by the caller's process
+(the ``onnx`` extra). Why a converter of our own: onnx2tf converts to NHWC for
+TFLite and its layout heuristics break inside transformer and vision graphs.
+Here every tensor keeps ONNX's layout and meaning; an op that needs TF's
+channel-last kernels (Conv, pooling) transposes locally around them, so the
+graph runs on TF's stock CPU kernels (no oneDNN-only NCHW Conv2D).
+
+How a graph becomes a SavedModel:
+
+- The graph is interpreted inside one ``tf.function`` trace. Each node's
+  handler (registered with :func:`op`, one module per op family) maps its
+  inputs to outputs with TF ops. Dynamic dimensions flow through
+  ``tf.shape`` and are never frozen.
+- Values known at conversion time (initializers, ``Constant`` nodes and
+  whatever is computed only from them: shape arithmetic over constants) are
+  numpy arrays and are folded eagerly by the same handlers, so attributes
+  that TF needs as Python values (axes, perms, pads) stay static. A large
+  constant becomes a tracked ``tf.Variable`` when a TF op uses it, so every
+  weight is saved with the model.
+- After every node, the output's static shape and dtype are checked against
+  ONNX's own shape inference (and the shape set from it): a handler that
+  computes the wrong shape is caught at the node, not three ops later.
+- Every attribute a node carries must be one its handler declares, and each
+  handler refuses the variants it does not implement by name
+  (:class:`Unsupported`); :func:`check_model` finds those before tracing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+import numpy as np
+
+CONVERTER = "tfx-bridge"
+# Constants at least this large become tf.Variables when a TF op uses them (weights);
+# smaller ones are embedded in the graph (shapes, axes, scalars).
+VARIABLE_MIN_ELEMENTS = 1024
+# A folded constant larger than this is computed in the graph instead (no huge
+# constants in saved_model.pb).
+FOLD_MAX_ELEMENTS = 1 << 22
+ONNX_DOMAINS = ("", "ai.onnx")
+REQUIRED = object()
+
+
+class Unsupported(Exception):
+    """An op, attribute value or input this converter does not implement.
+
+    ``variant`` says what exactly (an attribute value, a dtype, a run-time
+    value that must be a constant); ``fix`` what to change in the model.
+    """
+
+    def __init__(self, variant: str, fix: str = ""):
+        super().__init__(variant)
+        self.variant = variant
+        self.fix = fix
+
+
+@dataclasses.dataclass
+class Problem:
+    """One node the converter cannot convert, with everything a message needs."""
+
+    op_type: str
+    node: str
+    variant: str
+    fix: str = ""
+    shapes: str = ""
+
+    def describe(self, scope: str = "") -> str:
+        where = f"node {self.node or '(unnamed)'}" + (f", from {scope}" if scope else "")
+        text = f"ONNX op {self.op_type} ({where}): {self.variant}"
+        if self.shapes:
+            text += f" [inputs {self.shapes}]"
+        return text + (f". {self.fix}" if self.fix else "")
+
+
+class ConversionFailed(Exception):
+    """Raised by :func:`convert` with every problem found (collected, then raised once)."""
+
+    def __init__(self, problems: Sequence[Problem]):
+        super().__init__("; ".join(p.describe() for p in problems))
+        self.problems = list(problems)
+
+
+@dataclasses.dataclass
+class OpDef:
+    handler: Callable[[Node], Any]
+    attrs: Dict[str, Any]
+    check: Optional[Callable[[NodeInfo], Optional[str]]]
+    fold: bool
+    since: int
+
+
+REGISTRY: Dict[str, OpDef] = {}
+
+
+def op(*names: str, attrs: Optional[Dict[str, Any]] = None,
+       check: Optional[Callable[[NodeInfo], Optional[str]]] = None, fold: bool = True,
+       since: int = 1):
+    """Registers a handler for ONNX op types ``names``.
+
+    ``attrs`` maps every attribute the handler understands (across opset
+    versions) to its default (``REQUIRED`` when it has none); a node carrying
+    any other attribute is refused by name. ``check`` returns a refusal
+    (string) for a variant decided by attributes alone, so :func:`check_model`
+    reports it before tracing. ``fold=False`` for ops that must run at serving
+    time even on constant inputs (random ops). The handler returns one output
+    or a list of outputs (tf.Tensor or numpy arrays).
+    """
+    def register(fn):
+        for name in names:
+            REGISTRY[name] = OpDef(fn, dict(attrs or {}), check, fold, since)
+        return fn
+    return register
+
+
+def _tf():
+    import tensorflow as tf
+    return tf
+
+
+def is_const(value) -> bool:
+    return isinstance(value, np.ndarray)
+
+
+# ONNX TensorProto element types -> numpy dtypes the converter handles.
+_NP_TYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
+             7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32,
+             13: np.uint64}
+
+
+def np_dtype(elem_type: int):
+    """numpy dtype of an ONNX element type; Unsupported for strings, bfloat16, float8, ..."""
+    if elem_type not in _NP_TYPES:
+        import onnx
+        name = onnx.TensorProto.DataType.Name(elem_type)
+        raise Unsupported(f"element type {name} is not supported",
+                          "use float32/float64/float16 or an integer/bool type")
+    return _NP_TYPES[elem_type]
+
+
+def tf_dtype(elem_type: int):
+    return _tf().as_dtype(np_dtype(elem_type))
+
+
+@dataclasses.dataclass
+class NodeInfo:
+    """What is known about a node before tracing (for ``check`` functions)."""
+
+    op_type: str
+    name: str
+    attrs: Dict[str, Any]
+    opset: int
+    num_inputs: int
+    input_types: List[Optional[int]]  # ONNX elem types where known
+
+
+def _attr_value(attr) -> Any:
+    from onnx import helper
+    value = helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode("utf-8", "replace") for v in value]
+    return value
+
+
+class Node:
+    """One node as its handler sees it: inputs (numpy constants or tf tensors), attributes
+    with defaults filled in, the opset, and helpers that refuse by name."""
+
+    def __init__(self, graph: GraphRun, proto, inputs: List[Any], folding: bool):
+        self.graph = graph
+        self.proto = proto
+        self.op_type = proto.op_type
+        self.name = proto.name
+        self.opset = graph.converter.opset
+        self.inputs = inputs
+        self.folding = folding
+        definition = REGISTRY[proto.op_type]
+        self.attrs = {k: v for k, v in definition.attrs.items() if v is not REQUIRED}
+        self.attrs.update({a.name: _attr_value(a) for a in proto.attribute})
+        self.protos = {a.name: a for a in proto.attribute}
+
+    # -- attributes
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def refuse(self, variant: str, fix: str = ""):
+        raise Unsupported(variant, fix)
+
+    # -- inputs
+    @property
+    def n(self) -> int:
+        return len(self.inputs)
+
+    def has(self, i: int) -> bool:
+        return i < len(self.inputs) and self.inputs[i] is not None
+
+    def value(self, i: int):
+        return self.inputs[i] if self.has(i) else None
+
+    def t(self, i: int):
+        """Input ``i`` as a tf.Tensor (a large constant as its tracked variable)."""
+        value = self.inputs[i]
+        if is_const(value):
+            return self.graph.converter.tensor(value, self.folding)
+        return value
+
+    def ts(self) -> list:
+        return [self.t(i) for i in range(len(self.inputs)) if self.has(i)]
+
+    def const(self, i: int, what: str) -> np.ndarray:
+        """Input ``i`` as a numpy value known at conversion time, or a refusal."""
+        value = self.maybe_const(i)
+        if value is None:
+            raise Unsupported(
+                f"{what} (input {i}) is computed at run time; this converter needs it as a "
+                "constant", "compute it from constants or shapes only (not tensor values)")
+        return value
+
+    def maybe_const(self, i: int) -> Optional[np.ndarray]:
+        if not self.has(i):
+            return None
+        value = self.inputs[i]
+        if is_const(value):
+            return value
+        static = _tf().get_static_value(value)
+        return None if static is None else np.asarray(static)
+
+    def shape(self, i: int) -> List[Optional[int]]:
+        """Static shape of input ``i`` (None for unknown dims); refused if the rank is unknown."""
+        value = self.inputs[i]
+        if is_const(value):
+            return list(value.shape)
+        shape = value.shape
+        if shape.rank is None:
+            raise Unsupported(f"input {i} has an unknown rank",
+                              "give the graph static ranks (run onnx shape inference)")
+        return shape.as_list()
+
+    def rank(self, i: int) -> int:
+        return len(self.shape(i))
+
+    def dyn_shape(self, i: int, dtype=None):
+        """Shape of input ``i`` as an int64 (or ``dtype``) tensor, static where known."""
+        tf = _tf()
+        dtype = dtype or tf.int64
+        value = self.inputs[i]
+        if is_const(value):
+            return np.array(value.shape, dtype.as_numpy_dtype)
+        static = value.shape
+        if static.is_fully_defined():
+            return np.array(static.as_list(), dtype.as_numpy_dtype)
+        return tf.shape(value, out_type=dtype)
+
+    def dtype(self, i: int):
+        value = self.inputs[i]
+        return _tf().as_dtype(value.dtype)
+
+    def subgraph(self, name: str):
+        return self.protos[name].g
+
+    def run_subgraph(self, name: str, inputs: Sequence[Any] = ()):
+        """Runs the graph attribute ``name`` (If/Loop bodies), seeing this graph's values."""
+        return self.graph.run_sub(self.protos[name].g, inputs)
+
+
+def sanitize(name: str) -> str:
+    """A TF-valid signature argument name for an ONNX input name."""
+    clean = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return clean if re.match(r"[A-Za-z]", clean) else "input_" + clean
+
+
+class Converter:
+    """Converts one ONNX ModelProto (already shape-inferred)."""
+
+    def __init__(self, model):
+        import onnx
+        self.model = model
+        self.opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS),
+                          None)
+        if self.opset is None:
+            raise ConversionFailed([Problem("(model)", "", "no ai.onnx opset import")])
+        self.variables: List[Any] = []
+        self._variable_of: Dict[int, Any] = {}
+        self._keep: List[np.ndarray] = []  # arrays whose id() keys _variable_of
+        self.value_info: Dict[str, Any] = {}
+        for vi in list(model.graph.value_info) + list(model.graph.output) + list(
+                model.graph.input):
+            self.value_info[vi.name] = vi
+        self.onnx = onnx
+
+    # -- constants
+    def tensor(self, array: np.ndarray, folding: bool = False):
+        """A numpy constant as a TF tensor: large ones as (cached) tracked variables."""
+        tf = _tf()
+        if folding or array.size < VARIABLE_MIN_ELEMENTS or array.dtype == np.bool_:
+            return tf.constant(array)
+        key = id(array)
+        if key not in self._variable_of:
+            with tf.init_scope():
+                var = tf.Variable(array, trainable=False, name=f"w{len(self.variables)}")
+            self.variables.append(var)
+            self._variable_of[key] = var
+            self._keep.append(array)
+        return tf.convert_to_tensor(self._variable_of[key])
+
+    # -- static shape/dtype expectations from ONNX shape inference
+    def expected(self, name: str):
+        vi = self.value_info.get(name)
+        if vi is None or not vi.type.HasField("tensor_type"):
+            return None, None
+        tt = vi.type.tensor_type
+        dtype = tt.elem_type or None
+        if not tt.HasField("shape"):
+            return dtype, None
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        return dtype, dims
+
+
+class GraphRun:
+    """Runs one (sub)graph's nodes; values seen from enclosing graphs via ``parent``."""
+
+    def __init__(self, converter: Converter, parent: Optional[GraphRun] = None):
+        self.converter = converter
+        self.parent = parent
+        self.values: Dict[str, Any] = {}
+
+    def lookup(self, name: str):
+        run = self
+        while run is not None:
+            if name in run.values:
+                return run.values[name]
+            run = run.parent
+        raise KeyError(name)
+
+    def run_sub(self, graph, inputs: Sequence[Any]):
+        sub = GraphRun(self.converter, self)
+        for vi in list(graph.value_info) + list(graph.output):
+            self.converter.value_info.setdefault(vi.name, vi)
+        for spec, value in zip(graph.input, inputs, strict=False):
+            sub.values[spec.name] = value
+        sub.run(graph)
+        return [sub.lookup(o.name) for o in graph.output]
+
+    def run(self, graph) -> None:
+        from onnx import numpy_helper
+        for init in graph.initializer:
+            self.values[init.name] = numpy_helper.to_array(init)
+        for node in graph.node:
+            self.run_node(node)
+
+    def run_node(self, proto) -> None:
+        tf = _tf()
+        definition = REGISTRY.get(proto.op_type)
+        if definition is None or proto.domain not in ONNX_DOMAINS:
+            raise Unsupported("no converter for this op", "")
+        inputs = [self.lookup(name) if name else None for name in proto.input]
+        fold = definition.fold and all(v is None or is_const(v) for v in inputs) \
+            and sum(v.size for v in inputs if v is not None) <= FOLD_MAX_ELEMENTS \
+            and proto.op_type not in ("If", "Loop", "Scan")
+        outputs = None
+        if fold:
+            with tf.init_scope():
+                outputs = _as_list(definition.handler(Node(self, proto, inputs, True)))
+                outputs = [None if o is None else np.asarray(o) for o in outputs]
+            if any(o is not None and o.size > FOLD_MAX_ELEMENTS for o in outputs):
+                outputs = None
+        if outputs is None:
+            with tf.name_scope(_scope_name(proto)):
+                outputs = _as_list(definition.handler(Node(self, proto, inputs, False)))
+        if len(outputs) < len([o for o in proto.output if o]):
+            raise Unsupported(f"the handler gave {len(outputs)} outputs for "
+                              f"{len(proto.output)} declared")
+        for name, value in zip(proto.output, outputs, strict=False):
+            if not name:
+                continue
+            self.values[name] = self._checked(name, value)
+
+    def _checked(self, name: str, value):
+        """The output with ONNX's inferred static shape set; a disagreement is refused."""
+        tf = _tf()
+        if value is None:
+            raise Unsupported(f"output {name!r} was not computed")
+        elem, dims = self.converter.expected(name)
+        if is_const(value):
+            if elem and elem in _NP_TYPES and value.dtype != _NP_TYPES[elem]:
+                raise Unsupported(f"output {name!r} is {value.dtype}, ONNX infers "
+                                  f"{np.dtype(_NP_TYPES[elem])}")
+            if dims is not None and (len(dims) != value.ndim or any(
+                    d is not None and d != s for d, s in zip(dims, value.shape, strict=True))):
+                raise Unsupported(f"output {name!r} has shape {list(value.shape)}, ONNX infers "
+                                  f"{dims}")
+            return value
+        if not isinstance(value, (tf.Tensor, tf.Variable)):
+            value = tf.convert_to_tensor(value)
+        if elem and elem in _NP_TYPES and value.dtype != tf.as_dtype(_NP_TYPES[elem]):
+            raise Unsupported(f"output {name!r} is {value.dtype.name}, ONNX infers "
+                              f"{np.dtype(_NP_TYPES[elem]).name}")
+        if dims is not None:
+            try:
+                value.set_shape(dims)
+            except ValueError:
+                raise Unsupported(f"output {name!r} has shape {value.shape}, ONNX infers "
+                                  f"{dims}") from None
+        return value
+
+
+def _scope_name(proto) -> str:
+    raw = proto.name or (proto.op_type + "_" + (proto.output[0] if proto.output else ""))
+    clean = re.sub(r"[^A-Za-z0-9_.\-]", "_", raw).lstrip("_.-")
+    return (clean or proto.op_type)[:120]
+
+
+def _as_list(result) -> list:
+    return list(result) if isinstance(result, (list, tuple)) else [result]
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def iter_nodes(graph) -> Iterable:
+    """Every node, those inside If/Loop/Scan bodies too."""
+    from onnx import AttributeProto
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == AttributeProto.GRAPH:
+                yield from iter_nodes(attr.g)
+            elif attr.type == AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from iter_nodes(g)
+
+
+def _types_by_name(model) -> Dict[str, int]:
+    types = {}
+    graph = model.graph
+    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+        if vi.type.HasField("tensor_type"):
+            types[vi.name] = vi.type.tensor_type.elem_type
+    for init in graph.initializer:
+        types[init.name] = init.data_type
+    return types
+
+
+def check_model(model) -> List[Problem]:
+    """Every node this converter would refuse, found from the graph alone (op types,
+    domains, attributes, variants, element types); empty when all are claimed."""
+    opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), 0)
+    types = _types_by_name(model)
+    problems = []
+    for vi in list(model.graph.input) + list(model.graph.output):
+        if not vi.type.HasField("tensor_type"):
+            problems.append(Problem("(graph)", vi.name, "a non-tensor graph input or output "
+                                    "(sequence, map or optional)", "use plain tensors"))
+    for node in iter_nodes(model.graph):
+        definition = REGISTRY.get(node.op_type)
+        if node.domain not in ONNX_DOMAINS:
+            problems.append(Problem(node.op_type, node.name,
+                                    f"custom domain {node.domain!r} is not supported",
+                                    "export with standard ONNX ops only"))
+            continue
+        if definition is None:
+            problems.append(Problem(node.op_type, node.name, "no converter for this op",
+                                    _OP_FIXES.get(node.op_type, DEFAULT_FIX)))
+            continue
+        if opset < definition.since:
+            problems.append(Problem(node.op_type, node.name,
+                                    f"opset {opset} is older than {definition.since}, the "
+                                    "oldest this converter implements", "export at opset "
+                                    f">= {max(definition.since, 13)}"))
+            continue
+        unknown = sorted(a.name for a in node.attribute if a.name not in definition.attrs)
+        if unknown:
+            problems.append(Problem(node.op_type, node.name,
+                                    f"attribute(s) {unknown} are not supported",
+                                    "export without them"))
+            continue
+        for name, default in definition.attrs.items():
+            if default is REQUIRED and name not in {a.name for a in node.attribute}:
+                problems.append(Problem(node.op_type, node.name,
+                                        f"required attribute {name!r} is missing"))
+        bad_types = []
+        for name in list(node.input) + list(node.output):
+            elem = types.get(name)
+            if elem and elem not in _NP_TYPES:
+                import onnx
+                bad_types.append(f"{name}: {onnx.TensorProto.DataType.Name(elem)}")
+        if bad_types:
+            problems.append(Problem(node.op_type, node.name,
+                                    f"element type(s) not supported ({', '.join(bad_types)})",
+                                    "use float32/float64/float16 or integer/bool tensors"))
+            continue
+        if definition.check is not None:
+            attrs = {k: v for k, v in definition.attrs.items() if v is not REQUIRED}
+            attrs.update({a.name: _attr_value(a) for a in node.attribute})
+            info = NodeInfo(node.op_type, node.name, attrs, opset, len(node.input),
+                            [types.get(n) for n in node.input])
+            refusal = definition.check(info)
+            if refusal:
+                problems.append(Problem(node.op_type, node.name, refusal))
+    return problems
+
+
+_OP_FIXES = {
+    "Loop": ("a loop the exporter could not unroll (a Python loop over a tensor's length, "
+             "or nn.EmbeddingBag with offsets): loop over a fixed count"),
+    "Scan": "a scan over a tensor dimension: unroll it over a fixed size",
+    "SequenceMap": "a loop over a list of tensors: loop over a fixed count instead",
+    "NonMaxSuppression": "keep box post-processing out of the served model",
+}
+DEFAULT_FIX = "rewrite that part of the model with standard tensor ops"
+
+
+# --------------------------------------------------------------------------- convert
+
+
+@dataclasses.dataclass
+class Converted:
+    """A converted graph: a tf.Module with ``serve`` (a concrete function) and its
+    variables, plus the signature's input names (ONNX name -> TF argument name)."""
+
+    module: Any
+    serve: Any
+    input_names: Dict[str, str]
+    output_names: List[str]
+
+
+def _input_specs(model, dynamic: Optional[Dict[str, Sequence[Optional[int]]]] = None):
+    tf = _tf()
+    initializers = {t.name for t in model.graph.initializer}
+    specs = []
+    for vi in model.graph.input:
+        if vi.name in initializers:
+            continue
+        tt = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        if dynamic and vi.name in dynamic:
+            dims = list(dynamic[vi.name])
+        specs.append((vi.name, tf.TensorSpec(dims, tf_dtype(tt.elem_type),
+                                             name=sanitize(vi.name))))
+    return specs
+
+
+def load_for_conversion(path: str):
+    """The ONNX model at ``path`` with shapes inferred (data propagation on)."""
+    import onnx
+    model = onnx.load(path)
+    try:
+        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # inference is an aid; the converter checks what it computes itself
+        return model
+
+
+def convert(model, dynamic: Optional[Dict[str, Sequence[Optional[int]]]] = None) -> Converted:
+    """Converts a (shape-inferred) ModelProto; raises ConversionFailed naming every node."""
+    import tensorflow as tf
+
+    from tfx_bridge.components.pytorch_model_importer.to_tf import ops  # noqa: F401
+
+    problems = check_model(model)
+    if problems:
+        raise ConversionFailed(problems)
+    converter = Converter(model)
+    specs = _input_specs(model, dynamic)
+    outputs = [o.name for o in model.graph.output]
+    failure: List[Problem] = []
+
+    def body(*args):
+        run = GraphRun(converter)
+        for (name, _), arg in zip(specs, args, strict=True):
+            run.values[name] = arg
+        current = None
+        try:
+            from onnx import numpy_helper
+            for init in model.graph.initializer:
+                run.values[init.name] = numpy_helper.to_array(init)
+            for node in model.graph.node:
+                current = node
+                run.run_node(node)
+        except Unsupported as e:
+            failure.append(_problem(current, e, run))
+            raise
+        except Exception as e:  # a TF op refusing what a handler built: name the node
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            failure.append(_problem(current, Unsupported(
+                f"conversion error: {type(e).__name__}: {first}"), run))
+            raise Unsupported(first) from e
+        result = {}
+        for name in outputs:
+            value = run.lookup(name)
+            value = converter.tensor(value) if is_const(value) else value
+            result[name] = tf.identity(value, name=sanitize(name))
+        return result
+
+    fn = tf.function(body, input_signature=[s for _, s in specs], autograph=False)
+    try:
+        concrete = fn.get_concrete_function()
+    except Unsupported as e:
+        raise ConversionFailed(failure or [Problem("(graph)", "", str(e))]) from e
+    module = tf.Module()
+    module.weights = list(converter.variables)
+    module.serve = fn
+    return Converted(module, concrete, {n: s.name for n, s in specs}, outputs)
+
+
+def _problem(node, error: Unsupported, run: GraphRun) -> Problem:
+    if node is None:
+        return Problem("(graph)", "", error.variant, error.fix)
+    shapes = []
+    for name in node.input:
+        if not name:
+            continue
+        try:
+            value = run.lookup(name)
+        except KeyError:
+            continue
+        shape = list(value.shape) if is_const(value) else value.shape
+        shapes.append(f"{name}: {shape}")
+    return Problem(node.op_type, node.name, error.variant, error.fix, ", ".join(shapes))
+
+
+def save(converted: Converted, out_dir: str) -> None:
+    """Writes the SavedModel with ``serving_default`` (ONNX input and output names)."""
+    import tensorflow as tf
+    tf.saved_model.save(converted.module, out_dir,
+                        signatures={"serving_default": converted.serve})

@@ -1,0 +1,8 @@
+"""Op handlers, one module per family; importing this package registers them all."""
+from tfx_bridge.components.pytorch_model_importer.to_tf.ops import (  # noqa: F401
+    control,
+    elementwise,
+    linalg,
+    nn,
+    tensor,
+)

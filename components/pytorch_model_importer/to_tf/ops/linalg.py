@@ -1,0 +1,16 @@
+"""ONNX linalg ops in ONNX semantics (see to_tf/core.py for the handler contract)."""
+from __future__ import annotations
+
+import numpy as np  # noqa: F401
+
+from tfx_bridge.components.pytorch_model_importer.to_tf.core import REQUIRED, op  # noqa: F401
+
+
+def _tf():
+    import tensorflow as tf
+    return tf
+
+
+@op("MatMul")
+def matmul(node):
+    return _tf().linalg.matmul(node.t(0), node.t(1))
