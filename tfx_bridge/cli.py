@@ -54,7 +54,7 @@ LIBRARY_LOG = "library.log"
 # an output holding anything else, and replaces these only after a run succeeds).
 INGEST_WRITES = ("Split-*", "source_schema.json")
 VALIDATE_WRITES = ("Split-*", "findings.json", "report.md", "report.html")
-IMPORT_WRITES = ("Format-Serving", "report.json", "report.md")
+IMPORT_WRITES = ("Format-Serving", "Format-PyTorch", "report.json", "report.md")
 OPTIMIZE_WRITES = ("Format-Serving", "report.json", "report.md", "latency.png", LIBRARY_LOG)
 
 
@@ -259,10 +259,11 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
         result = convert.import_model(source, inputs, outputs, stage, opset=args.opset,
                                       atol=args.atol, rtol=args.rtol,
                                       examples_dir=args.examples, schema=schema,
-                                      graph_rewrites=not args.no_graph_rewrites)
+                                      graph_rewrites=not args.no_graph_rewrites,
+                                      converter=args.converter)
     serving_dir = staging.final_path(result.serving_dir, stage, args.output)
-    progress(f"Exported, converted and checked {source.kind} {source.path} in "
-             f"{sum(result.report['seconds'].values()):.1f}s")
+    progress(f"Exported, converted ({result.report['converter']}) and checked {source.kind} "
+             f"{source.path} in {sum(result.report['seconds'].values()):.1f}s")
     print(convert.check_table(result.report["checks"]))
     verdict = "equivalent: blessed" if result.blessed else "NOT equivalent: not blessed"
     print(f"{verdict}. SavedModel: {serving_dir}")
@@ -273,6 +274,7 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
     return {"blessed": result.blessed, "serving_dir": _shown(serving_dir),
             "max_abs_error": result.report["max_abs_error"],
             "rewrites": [r["kind"] for r in result.report["rewrites"]],
+            "converter": result.report["converter"],
             "seconds": result.report["seconds"], "outputs": outputs,
             "_exit": EXIT_OK if result.blessed else EXIT_CHECK_FAILED}
 
@@ -655,6 +657,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Examples folder: check with real inputs instead of random ones")
     imp.add_argument("--schema", default=None,
                      help="schema the tf.Example signature must agree with")
+    imp.add_argument("--converter", choices=("auto", "tfx-bridge", "onnx2tf"), default="auto",
+                     help="ONNX -> TF converter: tfx-bridge (ours, op by op in ONNX semantics), "
+                     "onnx2tf, or auto (default: ours, onnx2tf where ours refuses)")
     imp.add_argument("--no-graph-rewrites", action="store_true",
                      help="give onnx2tf the ONNX as exported (to see what the rewrites fix)")
     _add_common(imp)

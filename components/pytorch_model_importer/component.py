@@ -34,6 +34,7 @@ class PyTorchModelImporterSpec(component_spec.ComponentSpec):
         executor.ATOL_KEY: ExecutionParameter(type=float, optional=True),
         executor.RTOL_KEY: ExecutionParameter(type=float, optional=True),
         executor.FAIL_ON_NOT_EQUIVALENT_KEY: ExecutionParameter(type=int, optional=True),
+        executor.CONVERTER_KEY: ExecutionParameter(type=str, optional=True),
     }
     INPUTS = {
         SOURCE_MODEL_KEY: ChannelParameter(type=standard_artifacts.Model, optional=True),
@@ -51,15 +52,18 @@ class PyTorchModelImporter(base_component.BaseComponent):
     """PyTorch (TorchScript, state_dict + class, or ONNX) -> a proven-equivalent SavedModel.
 
     Exports to ONNX (opset 17 by default, a dynamic axis per -1), converts with
-    onnx2tf in a subprocess, wraps the result so ``serving_default`` has exactly
-    the declared inputs and named outputs (layouts kept: no silent NHWC) and
+    the importer's own ONNX -> TF converter (op by op in ONNX semantics, layouts
+    kept: no silent NHWC; ``converter="onnx2tf"`` or ``"auto"`` for onnx2tf where
+    ours refuses), wraps the result so ``serving_default`` has exactly the
+    declared inputs and named outputs and
     ``serving_tf_example`` parses serialized tf.Examples (for Evaluator and
     InfraValidator), then runs torch, onnxruntime and the SavedModel on the
     same inputs at batch sizes 1, 7 and 32. Integer outputs must match exactly,
-    floats within ``atol``. Fused attention fast paths, fixed-width
-    EmbeddingBags and batch-1 reshapes are rewritten for the converter, each
-    named in the report; what cannot be converted is refused before the Model
-    is written, naming the ONNX op, node and PyTorch module.
+    floats within ``atol``, the SavedModel loaded in a fresh process with oneDNN
+    off (TF Serving's stock CPU kernels). Fused PyTorch kernels and fixed-width
+    EmbeddingBags are exported as standard ops, each named in the report; what
+    cannot be converted is refused before the Model is written, naming the ONNX
+    op, node, attribute or variant and PyTorch module.
 
     A ``source_model`` from PyTorchTrainer (its ``Format-PyTorch/`` holds the
     state_dict and a spec) needs no ``inputs``, ``output_names`` or
@@ -76,6 +80,7 @@ class PyTorchModelImporter(base_component.BaseComponent):
         ``report.json``, ``report.md``, custom properties ``blessed`` (1/0),
         ``source``, ``max_abs_error`` (exact: a JSON-value property, see
         tfx_bridge.properties; absent when nothing was measured), ``rewrites``,
+        ``converter`` (the one that produced the served graph), ``source_digest``,
         ``tfx_version``.
 
     Example:
@@ -98,7 +103,8 @@ class PyTorchModelImporter(base_component.BaseComponent):
                  schema=None, examples=None, transform_graph=None,
                  transformed_examples=None, opset: int = convert.DEFAULT_OPSET,
                  atol: float = convert.DEFAULT_ATOL, rtol: float = 0.0,
-                 fail_on_not_equivalent: bool = True):
+                 fail_on_not_equivalent: bool = True,
+                 converter: str = convert.DEFAULT_CONVERTER):
         """Builds the component; specs and names are checked now, files at run time.
 
         Args:
@@ -111,6 +117,8 @@ class PyTorchModelImporter(base_component.BaseComponent):
             kwargs, for state_dict sources.
           schema / examples: parse contract for the tf.Example signature, and
             real inputs for the equivalence check.
+          converter: "auto" (default: ours, onnx2tf where ours refuses),
+            "tfx-bridge" or "onnx2tf".
         """
         if source_kind not in convert.SOURCES:
             raise ImporterConfigError(
@@ -126,6 +134,9 @@ class PyTorchModelImporter(base_component.BaseComponent):
                 "transform_graph too (the skew check compares the two).")
         if not convert.MIN_OPSET <= opset <= 20:
             raise ImporterConfigError(f"opset {opset}: use {convert.MIN_OPSET} to 20.")
+        if converter not in convert.CONVERTERS:
+            raise ImporterConfigError(
+                f"converter {converter!r}: use one of {', '.join(convert.CONVERTERS)}.")
         # Taken from the source model's spec at run time when none is declared.
         specs = signature.parse_input_specs(list(inputs)) if not from_spec else []
         names = signature.check_output_names(list(output_names)) if not from_spec else []
@@ -134,7 +145,7 @@ class PyTorchModelImporter(base_component.BaseComponent):
             module_kwargs=None if module_kwargs is None else json.dumps(module_kwargs),
             inputs=json.dumps([s.to_text() for s in specs]), output_names=json.dumps(names),
             opset=opset, atol=float(atol), rtol=float(rtol),
-            fail_on_not_equivalent=int(bool(fail_on_not_equivalent)),
+            fail_on_not_equivalent=int(bool(fail_on_not_equivalent)), converter=converter,
             source_model=source_model, schema=schema, examples=examples,
             transform_graph=transform_graph, transformed_examples=transformed_examples,
             model=channel.Channel(type=standard_artifacts.Model))

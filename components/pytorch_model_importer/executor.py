@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from absl import logging
 from tfx import types
@@ -11,7 +11,6 @@ from tfx import version as tfx_version
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
-import tfx_bridge
 from tfx_bridge import fs, properties, schema_file, torch_model
 from tfx_bridge.components.pytorch_model_importer import convert, signature
 from tfx_bridge.components.pytorch_model_importer.errors import (
@@ -36,11 +35,13 @@ OPSET_KEY = "opset"
 ATOL_KEY = "atol"
 RTOL_KEY = "rtol"
 FAIL_ON_NOT_EQUIVALENT_KEY = "fail_on_not_equivalent"
+CONVERTER_KEY = "converter"
 # Custom properties on the Model artifact (docs/ARCHITECTURE.md).
 BLESSED_PROPERTY = properties.BLESSED
 SOURCE_PROPERTY = "source"
 MAX_ABS_ERROR_PROPERTY = properties.MAX_ABS_ERROR
 REWRITES_PROPERTY = properties.REWRITES
+CONVERTER_PROPERTY = "converter"
 TFX_VERSION_PROPERTY = artifact_utils.ARTIFACT_TFX_VERSION_CUSTOM_PROPERTY_KEY
 
 
@@ -106,44 +107,6 @@ def source_from_folder(folder: str, exec_properties: Dict[str, Any]):
     return source, declared_inputs, declared_outputs
 
 
-def source_digest(source, inputs, outputs, exec_properties: Dict[str, Any],
-                  transform_dir: Optional[str]) -> str:
-    """sha256 of what the SavedModel is made from: the model file, the declared
-    signature and module, the conversion settings and the Transform graph's files."""
-    import hashlib
-
-    h = hashlib.sha256(json.dumps({
-        "kind": source.kind, "module_class": source.module_class,
-        "module_kwargs": source.module_kwargs, "inputs": list(inputs),
-        "outputs": list(outputs), "tfx_bridge": tfx_bridge.__version__,
-        **{k: exec_properties.get(k) for k in (OPSET_KEY, ATOL_KEY, RTOL_KEY)}},
-        sort_keys=True, default=str).encode())
-    files = [("model", source.path)]
-    if transform_dir:
-        files += [(rel, fs.join(transform_dir, rel)) for rel in fs.files_under(transform_dir)]
-    for name, path in files:
-        h.update(b"\0" + name.encode() + b"\0")
-        fs.hash_file(h, path)
-    return h.hexdigest()
-
-
-def carry_pytorch(source, inputs, outputs, model_uri: str) -> None:
-    """Keeps the PyTorch form (state_dict + spec) in the imported Model, so the latest
-    blessed model can warm-start the next training (docs/ARCHITECTURE.md)."""
-    if source.kind != convert.SOURCE_STATE_DICT:
-        return
-    target = torch_model.folder_of(model_uri)
-    origin = fs.dirname(source.path)
-    if fs.basename(origin.rstrip("/")) == torch_model.PYTORCH_DIR:
-        fs.copy_tree(origin, target)  # a trainer's folder: spec, metrics, lineage
-        return
-    fs.makedirs(target)
-    fs.copy(source.path, fs.join(target, torch_model.WEIGHTS_FILE))
-    spec = torch_model.ModelSpec(source.module_class, dict(source.module_kwargs or {}),
-                                 list(inputs), list(outputs))
-    fs.write_text(fs.join(target, torch_model.SPEC_FILE), spec.to_json())
-
-
 class Executor(base_executor.BaseExecutor):
     """Imports a PyTorch/ONNX model into Format-Serving and proves it equivalent."""
 
@@ -172,11 +135,12 @@ class Executor(base_executor.BaseExecutor):
             rtol=0.0 if rtol is None else float(rtol),
             examples_dir=examples_dir, schema=schema,
             transform_dir=_uri(input_dict, TRANSFORM_GRAPH_KEY),
-            transformed_examples_dir=_uri(input_dict, TRANSFORMED_EXAMPLES_KEY))
-        carry_pytorch(source, input_texts, outputs, model.uri)
-        model.set_string_custom_property(properties.SOURCE_DIGEST, source_digest(
-            source, input_texts, outputs, exec_properties,
-            _uri(input_dict, TRANSFORM_GRAPH_KEY)))
+            transformed_examples_dir=_uri(input_dict, TRANSFORMED_EXAMPLES_KEY),
+            converter=exec_properties.get(CONVERTER_KEY) or convert.DEFAULT_CONVERTER)
+        # Written by the core (the CLI writes the same): Format-PyTorch/ and the digest.
+        model.set_string_custom_property(properties.SOURCE_DIGEST,
+                                         result.report["source_digest"])
+        model.set_string_custom_property(CONVERTER_PROPERTY, result.report["converter"])
         model.set_int_custom_property(BLESSED_PROPERTY, 1 if result.blessed else 0)
         model.set_string_custom_property(SOURCE_PROPERTY, f"{source.kind}:{source.path}")
         # Recorded only when measured (a model that raised at every batch has none).

@@ -73,7 +73,8 @@ class Problem:
         text = f"ONNX op {self.op_type} ({where}): {self.variant}"
         if self.shapes:
             text += f" [inputs {self.shapes}]"
-        return text + (f". {self.fix}" if self.fix else "")
+        fix = self.fix[:1].upper() + self.fix[1:] if self.fix else ""
+        return text + (f". {fix}" if fix else "")
 
 
 class ConversionFailed(Exception):

@@ -1,0 +1,139 @@
+"""Import stage 2: a torch module to ONNX, or a handed-over ONNX file renamed to the
+declared signature. No TFX imports; torch and onnx are imported lazily."""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+from tfx_bridge.components.pytorch_model_importer.errors import (
+    ImporterConfigError,
+    ImporterError,
+    ModelSourceError,
+)
+from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
+from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec, make_inputs
+from tfx_bridge.components.pytorch_model_importer.source import (
+    _onnx,
+    _torch,
+    check_external_data,
+)
+
+DEFAULT_OPSET = 17
+MIN_OPSET = 14
+
+def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str], path: str,
+                opset: int = DEFAULT_OPSET) -> List[Rewrite]:
+    """torch.onnx.export with named inputs/outputs and a dynamic axis per -1.
+
+    The fused attention fast path is off during export and fixed-width
+    EmbeddingBags are exported as gather + reduce (swaps.py); the changes made
+    are returned for the report.
+    """
+    torch = _torch()
+    onnx = _onnx()
+    from tfx_bridge.components.pytorch_model_importer import swaps
+
+    if not MIN_OPSET <= opset <= 20:
+        raise ImporterConfigError(f"opset {opset}: use {MIN_OPSET} to 20 (default 17).")
+    sample = make_inputs(inputs, batch=2)
+    args = tuple(torch.from_numpy(sample[s.name]) for s in inputs)
+    dynamic = {s.name: {i: ("batch" if i == 0 else f"{s.name}_dim{i}")
+                        for i, d in enumerate(s.shape) if d < 0} for s in inputs}
+    for name in output_names:
+        dynamic[name] = {0: "batch"}
+    fastpath = swaps.uses_fastpath_modules(module)
+    try:
+        with swaps.mha_fastpath_off(), swaps.dense_embedding_bags(module) as (exported, bags), \
+                torch.no_grad():
+            if not isinstance(exported, torch.jit.ScriptModule):
+                exported = swaps.Positional(exported)
+            torch.onnx.export(exported, args, path, input_names=[s.name for s in inputs],
+                              output_names=list(output_names), dynamic_axes=dynamic,
+                              opset_version=opset, do_constant_folding=True, dynamo=False)
+    except ImporterError:
+        raise
+    except Exception as e:
+        raise ModelSourceError(_export_failure(e, inputs)) from e
+    model = onnx.load(path)
+    if len(model.graph.output) != len(output_names):
+        raise ImporterConfigError(
+            f"The model returns {len(model.graph.output)} output(s) but "
+            f"{len(output_names)} --output-name were given ({list(output_names)}).")
+    onnx.checker.check_model(model)
+    onnx.save(onnx.shape_inference.infer_shapes(model), path)
+    applied = []
+    if fastpath:
+        applied.append(Rewrite(
+            swaps.MHA_FASTPATH_OFF, fastpath,
+            "exported with torch.backends.mha.set_fastpath_enabled(False): the fused "
+            "attention kernels have no ONNX form; the unfused ops compute the same"))
+    if bags:
+        applied.append(Rewrite(
+            swaps.EMBEDDING_BAG_DENSE, bags,
+            "nn.EmbeddingBag over fixed-width ids exported as gather + reduce (its ONNX "
+            "form is a Loop onnx2tf cannot convert); same weights, padding_idx left out"))
+    return applied
+
+
+def export_prefix(module) -> str:
+    """The scope prefix export_onnx's wrapper adds to node names ('' for TorchScript)."""
+    if module is None or isinstance(module, _torch().jit.ScriptModule):
+        return ""
+    from tfx_bridge.components.pytorch_model_importer import swaps
+
+    return swaps.WRAPPER_ATTRIBUTE + "."
+
+
+_FUSED_OPS = ("_transformer_encoder_layer_fwd", "_native_multi_head_attention")
+
+
+def _export_failure(error: Exception, inputs: Sequence[TensorSpec]) -> str:
+    """What torch.onnx.export's error means for the user, and the fix."""
+    text = str(error)
+    first = next((ln for ln in text.splitlines() if ln.strip()), type(error).__name__)
+    fused = next((op for op in _FUSED_OPS if op in text), None)
+    if fused:
+        return (f"torch.onnx.export met PyTorch's fused attention kernel aten::{fused}, which "
+                "has no ONNX form. The importer turns the fast path off while exporting, so "
+                "this TorchScript file was traced with it on: re-trace with "
+                "torch.backends.mha.set_fastpath_enabled(False) (or in train mode), or hand "
+                "over the state_dict with --module-class.")
+    if "embedding_bag" in text:
+        return (f"torch.onnx.export cannot export this compiled nn.EmbeddingBag ({first[:200]})."
+                " Hand over the state_dict with --module-class: the importer then exports "
+                "fixed-width bags as gather + reduce (padding_idx included).")
+    return (f"torch.onnx.export failed: {type(error).__name__}: {first[:500]}. Check the "
+            f"declared inputs ({', '.join(s.to_text() for s in inputs)}) match forward()'s "
+            "arguments in order, and write data-dependent control flow densely (e.g. top-k "
+            "gates as topk + gather).")
+
+
+def rename_onnx_io(src: str, dst: str, inputs: Sequence[TensorSpec],
+                   output_names: Sequence[str]) -> None:
+    """A copy of an ONNX file whose outputs carry the declared names (inputs must match)."""
+    onnx = _onnx()
+    check_external_data(src)
+    model = onnx.load(src)
+    graph_inputs = [i.name for i in model.graph.input
+                    if i.name not in {t.name for t in model.graph.initializer}]
+    declared = [s.name for s in inputs]
+    if graph_inputs != declared:
+        raise ImporterConfigError(
+            f"{src}: graph inputs are {graph_inputs}; declared inputs are {declared}. Declare "
+            "them with the graph's names, in order.")
+    if len(model.graph.output) != len(output_names):
+        raise ImporterConfigError(
+            f"{src} has {len(model.graph.output)} outputs "
+            f"({[o.name for o in model.graph.output]}); {len(output_names)} --output-name given.")
+    rename = {o.name: new for o, new in zip(model.graph.output, output_names, strict=True)}
+    for node in model.graph.node:
+        for i, name in enumerate(node.output):
+            if name in rename:
+                node.output[i] = rename[name]
+        for i, name in enumerate(node.input):
+            if name in rename:
+                node.input[i] = rename[name]
+    for o in model.graph.output:
+        o.name = rename[o.name]
+    onnx.checker.check_model(model)
+    onnx.save(model, dst)
+

@@ -1,0 +1,208 @@
+"""The model a research team hands over: a TorchScript file, a state_dict + class, or ONNX.
+
+Import stage 1 of the importer (convert.py runs the stages). No TFX imports;
+torch and onnx are imported lazily (the ``onnx`` extra). Also what the
+imported Model artifact carries about its source, written by the core so the
+component and ``tfx-bridge import-model`` write the same artifact: the
+``Format-PyTorch/`` copy (warm starts) and the source digest (the pusher's
+"nothing new" identity).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Optional, Sequence
+
+from tfx_bridge import fs, torch_model
+from tfx_bridge.components.pytorch_model_importer.errors import (
+    ImporterConfigError,
+    ModelSourceError,
+    missing_extra,
+)
+
+SOURCE_TORCHSCRIPT = "torchscript"
+SOURCE_STATE_DICT = "state_dict"
+SOURCE_ONNX = "onnx"
+SOURCES = (SOURCE_TORCHSCRIPT, SOURCE_STATE_DICT, SOURCE_ONNX)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:
+        raise missing_extra("torch", e) from e
+    return torch
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError as e:
+        raise missing_extra("onnx", e) from e
+    return onnx
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """Where the model comes from (``kind`` one of SOURCES)."""
+
+    kind: str
+    path: str
+    module_class: Optional[str] = None
+    module_kwargs: Optional[dict] = None
+
+    def __post_init__(self):
+        if self.kind not in SOURCES:
+            raise ImporterConfigError(f"Model source kind {self.kind!r}: use one of {SOURCES}.")
+        if self.kind == SOURCE_STATE_DICT and not self.module_class:
+            raise ImporterConfigError(
+                "A state_dict source needs --module-class pkg.module:ClassName (and "
+                "--module-kwargs JSON for its constructor).")
+        if self.kind != SOURCE_STATE_DICT and self.module_class:
+            raise ImporterConfigError(
+                f"--module-class is only for state_dict sources, not {self.kind}.")
+        if fs.isdir(self.path):
+            raise ModelSourceError(
+                f"{self.path} is a folder; give the model file inside it (e.g. "
+                f"{fs.join(self.path, 'model.pt')}).")
+        if not fs.isfile(self.path):
+            raise ModelSourceError(f"Model file {self.path} does not exist.")
+
+
+# --------------------------------------------------------------------------- load
+
+
+def load_torch_module(source: ModelSource):
+    """The torch module of a TorchScript or state_dict source, in eval mode."""
+    torch = _torch()
+    if source.kind == SOURCE_TORCHSCRIPT:
+        try:
+            return torch.jit.load(source.path, map_location="cpu").eval()
+        except Exception as e:
+            raise ModelSourceError(
+                f"{source.path}: not a TorchScript file ({type(e).__name__}: {e}). Save it with "
+                "torch.jit.script(model).save(path) or torch.jit.trace, or give --state-dict "
+                "with --module-class.") from e
+    try:
+        cls = torch_model.import_module_class(source.module_class)
+    except torch_model.TorchModelError as e:
+        raise ImporterConfigError(f"--module-class: {e}") from e
+    try:
+        module = cls(**(source.module_kwargs or {}))
+    except TypeError as e:
+        raise ImporterConfigError(
+            f"{source.module_class}(**{source.module_kwargs}) failed: {e}. Fix "
+            "--module-kwargs.") from e
+    try:
+        state = torch.load(source.path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ModelSourceError(
+            f"{source.path}: not a plain state_dict ({type(e).__name__}: "
+            f"{str(e).splitlines()[0]}). Only tensors are loaded (weights_only=True), never "
+            "pickled code: save with torch.save(model.state_dict(), path).") from e
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    try:
+        missing, unexpected = module.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # shapes that do not fit: constructor kwargs differ
+        lines = [ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln]
+        shown = "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more" if len(lines) > 3 else "")
+        raise ModelSourceError(
+            f"{source.path} does not fit {source.module_class}(**{source.module_kwargs or {}}): "
+            f"{shown or str(e).splitlines()[0]}. Pass the --module-kwargs the weights were "
+            "trained with.") from e
+    if missing or unexpected:
+        raise ModelSourceError(
+            f"{source.path} does not fit {source.module_class}: missing keys {list(missing)}, "
+            f"unexpected keys {list(unexpected)}. Check --module-kwargs and the class version.")
+    return module.eval()
+
+
+def _all_tensors(graph):
+    """Every TensorProto a graph holds: initializers, sparse initializers, and tensors in
+    node attributes (``Constant``), in subgraphs (If/Loop bodies) too."""
+    from onnx import AttributeProto
+
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == AttributeProto.TENSOR:
+                yield attr.t
+            elif attr.type == AttributeProto.TENSORS:
+                yield from attr.tensors
+            elif attr.type == AttributeProto.SPARSE_TENSOR:
+                yield attr.sparse_tensor.values
+                yield attr.sparse_tensor.indices
+            elif attr.type == AttributeProto.GRAPH:
+                yield from _all_tensors(attr.g)
+            elif attr.type == AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _all_tensors(g)
+
+
+def check_external_data(onnx_path: str) -> None:
+    """Refuses external-data locations that resolve outside the model's folder.
+
+    Every tensor is checked (initializers, ``Constant`` node values, subgraphs), and
+    locations are resolved through symlinks: a link inside the folder that points
+    outside it is refused like a ``../`` path.
+    """
+    onnx = _onnx()
+    model = onnx.load(onnx_path, load_external_data=False)
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(onnx_path)))
+    bad = []
+    for tensor in _all_tensors(model.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = {e.key: e.value for e in tensor.external_data}.get("location", "")
+        resolved = os.path.realpath(os.path.join(folder, location))
+        if os.path.isabs(location) or not resolved.startswith(folder + os.sep):
+            bad.append(f"{tensor.name!r} -> {location!r}")
+    if bad:
+        raise ModelSourceError(
+            f"{onnx_path}: external data outside the model's folder ({', '.join(bad)}). "
+            "Keep weight files next to the .onnx (relative locations) and re-export.")
+
+
+
+def source_digest(source: ModelSource, inputs: Sequence[str], outputs: Sequence[str],
+                  settings: dict, transform_dir: Optional[str]) -> str:
+    """sha256 of what the SavedModel is made from: the model file, the declared
+    signature and module, the conversion settings and the Transform graph's files."""
+    import tfx_bridge
+
+    h = hashlib.sha256(json.dumps({
+        "kind": source.kind, "module_class": source.module_class,
+        "module_kwargs": source.module_kwargs, "inputs": list(inputs),
+        "outputs": list(outputs), "tfx_bridge": tfx_bridge.__version__, **settings},
+        sort_keys=True, default=str).encode())
+    files = [("model", source.path)]
+    if transform_dir:
+        files += [(rel, fs.join(transform_dir, rel)) for rel in fs.files_under(transform_dir)]
+    for name, path in files:
+        h.update(b"\0" + name.encode() + b"\0")
+        fs.hash_file(h, path)
+    return h.hexdigest()
+
+
+def carry_pytorch(source: ModelSource, inputs: Sequence[str], outputs: Sequence[str],
+                  model_dir: str) -> None:
+    """Keeps the PyTorch form (state_dict + spec) in the imported Model, so the latest
+    blessed model can warm-start the next training (docs/ARCHITECTURE.md)."""
+    if source.kind != SOURCE_STATE_DICT:
+        return
+    target = torch_model.folder_of(model_dir)
+    origin = fs.dirname(source.path)
+    if fs.basename(origin.rstrip("/")) == torch_model.PYTORCH_DIR:
+        fs.copy_tree(origin, target)  # a trainer's folder: spec, metrics, lineage
+        return
+    fs.makedirs(target)
+    fs.copy(source.path, fs.join(target, torch_model.WEIGHTS_FILE))
+    spec = torch_model.ModelSpec(source.module_class, dict(source.module_kwargs or {}),
+                                 list(inputs), list(outputs))
+    fs.write_text(fs.join(target, torch_model.SPEC_FILE), spec.to_json())

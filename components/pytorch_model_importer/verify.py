@@ -1,0 +1,196 @@
+"""Import stage 5: proof of equivalence.
+
+The SavedModel is loaded in a fresh process with oneDNN off
+(``verify_child.py``, ``TF_ENABLE_ONEDNN_OPTS=0``): stock TF Serving CPU
+builds run TF's own kernels, where an NCHW Conv2D fails, so a graph that works
+only with oneDNN is not equivalent. It runs on the same inputs as torch (for
+torch sources) and onnxruntime at batch sizes 1, 7 and 32; per output max abs /
+rel error; integer outputs must match exactly. The tf.Example signature is
+checked against ``serving_default`` too. No TFX imports.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from tfx_bridge import child, compare, examples
+from tfx_bridge.components.pytorch_model_importer.errors import missing_extra
+from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec, make_inputs
+from tfx_bridge.components.pytorch_model_importer.source import _torch
+from tfx_bridge.errors import short_message
+from tfx_bridge.savedmodel import SERVING_SIGNATURE
+
+DEFAULT_ATOL = 1e-4
+DEFAULT_BATCH_SIZES = (1, 7, 32)
+VIA_EXAMPLES = SERVING_SIGNATURE + " via tf.Example"
+VERIFY_TIMEOUT_S = 900
+CHILD_MODULE = "tfx_bridge.components.pytorch_model_importer.verify_child"
+CHILD_MARKER = "TFX_BRIDGE_VERIFY "
+
+
+@dataclasses.dataclass
+class OutputCheck:
+    """One comparison; ``error`` (and None for the numbers) when a side raised instead."""
+
+    batch: int
+    output: str
+    reference: str
+    dtype: str
+    max_abs: Optional[float]
+    max_rel: Optional[float]
+    mismatches: Optional[int]
+    ok: bool
+    error: Optional[str] = None
+
+
+def _flatten_outputs(out) -> List:
+    """A model's outputs as a flat list (tuples/lists nested as nn.LSTM returns them)."""
+    if isinstance(out, (tuple, list)):
+        return [leaf for item in out for leaf in _flatten_outputs(item)]
+    return [out]
+
+
+def run_torch(module, feeds: Dict[str, np.ndarray], inputs: Sequence[TensorSpec]
+              ) -> List[np.ndarray]:
+    torch = _torch()
+    with torch.no_grad():
+        out = module(*[torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in inputs])
+    return [o.detach().cpu().numpy() for o in _flatten_outputs(out)]
+
+
+def run_ort(onnx_path: str, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        raise missing_extra("onnxruntime", e) from e
+    session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def _failed(batch: int, names: Sequence[str], reference: str, dtypes: Sequence[str],
+            error: Exception) -> List[OutputCheck]:
+    message = short_message(error)
+    return [OutputCheck(batch, name, reference, dtype, None, None, None, False, message)
+            for name, dtype in zip(names, dtypes, strict=True)]
+
+
+def serve_fresh(saved_model_dir: str, feeds_by_batch: Dict[int, Dict[str, np.ndarray]],
+                inputs: Sequence[TensorSpec], output_names: Sequence[str],
+                via_batch: Optional[int]) -> Dict[str, object]:
+    """``serving_default`` (and, at ``via_batch``, ``serving_tf_example``) run in a fresh
+    process with oneDNN off. Returns ``{str(batch) | "via": [outputs] | error text}``."""
+    with tempfile.TemporaryDirectory(prefix="tfx-bridge-verify-") as work:
+        request = os.path.join(work, "request.npz")
+        answer = os.path.join(work, "answer.npz")
+        np.savez(request, **{f"{b}::{name}": value for b, feeds in feeds_by_batch.items()
+                             for name, value in feeds.items()})
+        spec = json.dumps({"inputs": [s.to_text() for s in inputs],
+                           "outputs": list(output_names), "batches": list(feeds_by_batch),
+                           "via_batch": via_batch})
+        try:
+            result = child.run_python(["-m", CHILD_MODULE, saved_model_dir, request, answer,
+                                       spec], CHILD_MARKER, timeout=VERIFY_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001  (a timeout is a failed check, not a crash)
+            return {key: f"the fresh-process check did not finish: {short_message(e)}"
+                    for key in [*map(str, feeds_by_batch), "via"]}
+        if result.payload is None:
+            why = (f"loading the SavedModel in a fresh process failed (exit "
+                   f"{result.returncode}): {result.stderr_tail}")
+            return {key: why for key in [*map(str, feeds_by_batch), "via"]}
+        out: Dict[str, object] = dict(result.payload["errors"])
+        with np.load(answer) as data:
+            for key in result.payload["done"]:
+                out[key] = [data[f"{key}::{name}"] for name in output_names]
+        return out
+
+
+def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],
+           output_names: Sequence[str], torch_module=None, atol: float = DEFAULT_ATOL,
+           rtol: float = 0.0, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+           real_inputs: Optional[Dict[str, np.ndarray]] = None) -> List[OutputCheck]:
+    """TF (fresh process, oneDNN off) vs torch (when given) and vs onnxruntime, per batch
+    size and output.
+
+    Never raises for a model that fails: a side that raises at a batch size is
+    a failed check carrying the error (the SavedModel is then not equivalent).
+    """
+    unknown = ["unknown"] * len(output_names)
+    feeds_by_batch = {}
+    for batch in batch_sizes:
+        feeds = make_inputs(inputs, batch)
+        if real_inputs is not None:
+            feeds = examples.tile_rows(real_inputs, batch) or feeds
+        feeds_by_batch[batch] = feeds
+    via_batch = batch_sizes[min(1, len(batch_sizes) - 1)] if batch_sizes else None
+    served = serve_fresh(saved_model_dir, feeds_by_batch, inputs, output_names, via_batch)
+    checks: List[OutputCheck] = []
+    for batch, feeds in feeds_by_batch.items():
+        refs = []
+        runners = [("onnxruntime", lambda f=feeds: run_ort(onnx_path, f))]
+        if torch_module is not None:
+            runners.insert(0, ("torch", lambda f=feeds: run_torch(torch_module, f, inputs)))
+        for ref_name, run in runners:
+            try:
+                refs.append((ref_name, [np.asarray(r) for r in run()]))
+            except Exception as e:  # the reference itself cannot run this batch
+                checks.extend(_failed(batch, output_names, ref_name, unknown, e))
+        dtypes = [str(r.dtype) for r in refs[0][1]] if refs else unknown
+        got = served.get(str(batch))
+        if not isinstance(got, list):  # a SavedModel that raised at this batch size
+            for ref_name, _ in refs:
+                checks.extend(_failed(batch, output_names, ref_name, dtypes,
+                                      RuntimeError(str(got))))
+            continue
+        for ref_name, ref_out in refs:
+            if len(ref_out) != len(output_names):
+                checks.extend(_failed(batch, output_names, ref_name, dtypes, ValueError(
+                    f"{ref_name} returned {len(ref_out)} outputs, {len(output_names)} declared")))
+                continue
+            for name, r, g in zip(output_names, ref_out, got, strict=True):
+                c = compare.compare(r, g, atol, rtol)
+                checks.append(OutputCheck(batch, name, ref_name, str(r.dtype),
+                                          c.max_abs, c.max_rel, c.mismatches, c.ok))
+        if batch == via_batch:
+            via = served.get("via")
+            if not isinstance(via, list):
+                checks.extend(_failed(batch, output_names, VIA_EXAMPLES,
+                                      [str(g.dtype) for g in got], RuntimeError(str(via))))
+                continue
+            for name, g, v in zip(output_names, got, via, strict=True):
+                c = compare.compare(g, v, atol, rtol)
+                checks.append(OutputCheck(batch, name, VIA_EXAMPLES, str(g.dtype), c.max_abs,
+                                          c.max_rel, c.mismatches, c.ok))
+    return checks
+
+
+def max_float_error(checks: Sequence[OutputCheck]) -> Optional[float]:
+    """The largest measured error over float outputs; None when none was measured."""
+    measured = [c.max_abs for c in checks if c.max_abs is not None
+                and not c.dtype.startswith(("int", "uint", "bool", "unknown"))]
+    return max(measured) if measured else None
+
+
+def examples_from_feeds(feeds: Dict[str, np.ndarray], inputs: Sequence[TensorSpec]
+                        ) -> List[bytes]:
+    """Serialized tf.Examples carrying the feeds (ints as int64_list, floats float_list)."""
+    import tensorflow as tf
+
+    n = len(next(iter(feeds.values())))
+    out = []
+    for i in range(n):
+        ex = tf.train.Example()
+        for s in inputs:
+            values = np.asarray(feeds[s.name][i]).reshape(-1)
+            f = ex.features.feature[s.name]
+            if s.dtype.startswith("float"):
+                f.float_list.value.extend(values.astype(np.float32).tolist())
+            else:
+                f.int64_list.value.extend(values.astype(np.int64).tolist())
+        out.append(ex.SerializeToString())
+    return out
+

@@ -1,0 +1,101 @@
+"""Import stage 4: the converted SavedModel re-saved with the declared signatures.
+
+``serving_default`` takes exactly the declared input names, dtypes and shapes
+and returns the declared output names (whichever converter made the graph);
+``serving_tf_example`` takes serialized tf.Examples (string [None]), parses
+int64/float32 from the wire and casts to the declared dtypes, so TFX Evaluator
+and InfraValidator, which need one DT_STRING input, work. No TFX imports.
+"""
+from __future__ import annotations
+
+import re
+from typing import List, Sequence
+
+from tfx_bridge import examples
+from tfx_bridge.components.pytorch_model_importer.errors import (
+    ConversionError,
+    ImporterConfigError,
+)
+from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
+from tfx_bridge.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
+
+EXAMPLE_INPUT = "examples"
+
+
+def _output_order(keys: Sequence[str], output_names: Sequence[str]) -> List[str]:
+    """The converted function's output keys in the model's output order (onnx2tf
+    renames outputs output_0, output_1, ...)."""
+    if set(keys) == set(output_names):
+        return list(output_names)
+    numbered = sorted(keys, key=lambda k: int(re.findall(r"\d+", k)[-1])
+                      if re.findall(r"\d+", k) else -1)
+    if len(numbered) != len(output_names):
+        raise ConversionError(
+            f"The converted model has outputs {sorted(keys)}; expected {len(output_names)} "
+            f"({list(output_names)}).")
+    return numbered
+
+
+def wrap_saved_model(converted_dir: str, out_dir: str, inputs: Sequence[TensorSpec],
+                     output_names: Sequence[str], schema=None) -> None:
+    """Saves the declared ``serving_default`` and the tf.Example signature."""
+    import tensorflow as tf
+
+    if schema is not None:
+        check_inputs_against_schema(inputs, schema)
+    loaded = tf.saved_model.load(converted_dir)
+    fn = loaded.signatures[SERVING_SIGNATURE]
+    converted_inputs = fn.structured_input_signature[1]
+    by_name = {}
+    for spec in inputs:
+        candidates = [spec.name, re.sub(r"[^A-Za-z0-9_]", "_", spec.name)]
+        found = next((c for c in candidates if c in converted_inputs), None)
+        if found is None:
+            raise ConversionError(
+                f"The converted model has inputs {sorted(converted_inputs)}; no match for "
+                f"{spec.name!r}.")
+        by_name[spec.name] = found
+    order = _output_order(list(fn.structured_outputs), output_names)
+
+    module = tf.Module()
+    module.converted = loaded
+    specs = [tf.TensorSpec([None if d < 0 else d for d in s.shape], tf.as_dtype(s.dtype),
+                           name=s.name) for s in inputs]
+
+    @tf.function(input_signature=specs)
+    def serve(*args):
+        feed = {by_name[s.name]: tf.cast(a, converted_inputs[by_name[s.name]].dtype)
+                for s, a in zip(inputs, args, strict=True)}
+        out = fn(**feed)
+        return {name: tf.identity(out[key], name=name)
+                for name, key in zip(output_names, order, strict=True)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLE_INPUT)])
+    def serve_examples(serialized):
+        parsed = examples.parse_examples(serialized, inputs, ImporterConfigError)
+        return serve(*[parsed[s.name] for s in inputs])
+
+    module.serve = serve
+    module.serve_examples = serve_examples
+    tf.saved_model.save(module, out_dir, signatures={
+        SERVING_SIGNATURE: serve.get_concrete_function(),
+        EXAMPLE_SIGNATURE: serve_examples.get_concrete_function()})
+
+
+def check_inputs_against_schema(inputs: Sequence[TensorSpec], schema) -> None:
+    """Every input must be a schema feature whose type the declared dtype can take."""
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    types = {f.name: schema_pb2.FeatureType.Name(f.type) for f in schema.feature}
+    problems = []
+    for s in inputs:
+        want = "FLOAT" if s.dtype.startswith("float") else "INT"
+        if s.name not in types:
+            problems.append(f"input {s.name!r} is not a schema feature")
+        elif types[s.name] != want:
+            problems.append(f"input {s.name!r} is {s.dtype} but the schema says {types[s.name]}")
+    if problems:
+        raise ImporterConfigError(
+            "The tf.Example signature cannot parse with the schema: " + "; ".join(problems)
+            + ". Name inputs after features and match their types.")
+
