@@ -235,21 +235,32 @@ def cmd_validate(args: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.components.pytorch_model_importer import convert, signature
+    from tfx_bridge.components.pytorch_model_importer import source as model_source
     from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
 
     chosen = [(k, p) for k, p in (("torchscript", args.torchscript),
-                                  ("state_dict", args.state_dict), ("onnx", args.onnx)) if p]
+                                  ("state_dict", args.state_dict), ("onnx", args.onnx),
+                                  ("source_model", args.source_model)) if p]
     if len(chosen) != 1:
         raise ImporterConfigError(
             "Give exactly one of --torchscript FILE, --state-dict FILE (with --module-class), "
-            "--onnx FILE.")
+            "--onnx FILE, --source-model DIR (a Model folder holding Format-PyTorch/).")
     try:
         kwargs = json.loads(args.module_kwargs) if args.module_kwargs else None
     except ValueError as e:
         raise ImporterConfigError(f"--module-kwargs is not JSON: {e}") from e
-    source = convert.ModelSource(chosen[0][0], chosen[0][1], args.module_class, kwargs)
-    inputs = signature.parse_input_specs(args.input or [])
-    outputs = signature.check_output_names(args.output_name or [])
+    if args.source_model:  # the component's source_model route: the spec inside decides
+        if not model_source.has_pytorch_spec(args.source_model):
+            raise ImporterConfigError(
+                f"--source-model {args.source_model} holds no Format-PyTorch/model_spec.json "
+                "(a PyTorchTrainer or importer output); give the model file instead.")
+        source, input_texts, output_texts = model_source.from_model_folder(
+            args.source_model, args.input or [], args.output_name or [], args.module_class)
+    else:
+        source = convert.ModelSource(chosen[0][0], chosen[0][1], args.module_class, kwargs)
+        input_texts, output_texts = args.input or [], args.output_name or []
+    inputs = signature.parse_input_specs(input_texts)
+    outputs = signature.check_output_names(output_texts)
     schema = None
     if args.schema:
         from tfx_bridge import schema_file
@@ -643,6 +654,9 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--module-class", default=None, help="pkg.module:Class for --state-dict")
     imp.add_argument("--module-kwargs", default=None, help="JSON constructor kwargs")
     imp.add_argument("--onnx", default=None, help="an ONNX file")
+    imp.add_argument("--source-model", default=None,
+                     help="a Model folder holding Format-PyTorch/ (PyTorchTrainer's output): "
+                     "class, kwargs, inputs and outputs come from its spec")
     imp.add_argument("--input", action="append",
                      help="name:dtype:shape[:lo..hi], repeatable, in forward() order, "
                      "e.g. user_id:int64:-1:0..49999 or image:float32:-1,3,224,224")

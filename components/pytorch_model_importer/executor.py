@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Dict, List
 
 from absl import logging
@@ -11,11 +10,10 @@ from tfx import version as tfx_version
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
-from tfx_bridge import fs, properties, schema_file, torch_model
-from tfx_bridge.components.pytorch_model_importer import convert, signature
+from tfx_bridge import fs, properties, schema_file
+from tfx_bridge.components.pytorch_model_importer import convert, signature, source
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ImporterConfigError,
-    ModelSourceError,
     NotEquivalent,
 )
 
@@ -45,20 +43,6 @@ CONVERTER_PROPERTY = "converter"
 TFX_VERSION_PROPERTY = artifact_utils.ARTIFACT_TFX_VERSION_CUSTOM_PROPERTY_KEY
 
 
-def resolve_source_path(folder: str, path: str) -> str:
-    """``path`` inside the research team's folder, or the one model file there."""
-    if path:
-        full = fs.join(folder, path) if folder else path
-        if not fs.isfile(full):
-            raise ModelSourceError(f"No model file {path!r} in {folder or 'the local disk'}.")
-        return full
-    files = [f for f in fs.listdir(folder) if fs.isfile(fs.join(folder, f))]
-    if len(files) != 1:
-        raise ImporterConfigError(
-            f"{folder} holds {files}; give source_path to say which file is the model.")
-    return fs.join(folder, files[0])
-
-
 def _json(value, default):
     return default if value is None else json.loads(value)
 
@@ -68,43 +52,13 @@ def _uri(input_dict, key: str):
 
 
 def source_from_folder(folder: str, exec_properties: Dict[str, Any]):
-    """The source, inputs, outputs and module of an import: declared on the component,
-    or read from the source model's ``Format-PyTorch/`` spec (PyTorchTrainer's), but
-    never both differently."""
-    declared_inputs = _json(exec_properties.get(INPUTS_KEY), [])
-    declared_outputs = _json(exec_properties.get(OUTPUT_NAMES_KEY), [])
-    pytorch = torch_model.folder_of(folder) if folder else ""
-    if pytorch and torch_model.has_model(pytorch):
-        try:
-            spec = torch_model.read_spec(pytorch)
-        except torch_model.TorchModelError as e:
-            raise ModelSourceError(str(e)) from e
-        declared = {"inputs": declared_inputs, "output_names": declared_outputs,
-                    "module_class": exec_properties.get(MODULE_CLASS_KEY) or None}
-        from_spec = {"inputs": spec.inputs, "output_names": spec.outputs,
-                     "module_class": spec.module_class}
-        clash = [f"{k}: declared {declared[k]!r}, spec {from_spec[k]!r}"
-                 for k in declared if declared[k] and declared[k] != from_spec[k]]
-        if clash:
-            raise ImporterConfigError(
-                f"The source model's spec ({fs.join(pytorch, torch_model.SPEC_FILE)}) and the "
-                "component disagree: " + "; ".join(clash) + ". Declare nothing on the "
-                "component (the spec is where the model was trained), or fix the run_fn.")
-        source = convert.ModelSource(
-            convert.SOURCE_STATE_DICT, fs.join(pytorch, spec.weights), spec.module_class,
-            spec.module_kwargs)
-        return source, spec.inputs, spec.outputs
-    if not declared_inputs or not declared_outputs:
-        raise ImporterConfigError(
-            f"{folder or 'The source'} holds no {torch_model.PYTORCH_DIR}/"
-            f"{torch_model.SPEC_FILE}: declare inputs and output_names (and module_class "
-            "for a state_dict) on the component.")
-    source = convert.ModelSource(
-        exec_properties[SOURCE_KIND_KEY],
-        resolve_source_path(folder, exec_properties.get(SOURCE_PATH_KEY) or ""),
-        exec_properties.get(MODULE_CLASS_KEY) or None,
+    """The component's declared source, or the one in the source model's folder."""
+    return source.from_model_folder(
+        folder, _json(exec_properties.get(INPUTS_KEY), []),
+        _json(exec_properties.get(OUTPUT_NAMES_KEY), []),
+        exec_properties.get(MODULE_CLASS_KEY) or None, exec_properties[SOURCE_KIND_KEY],
+        exec_properties.get(SOURCE_PATH_KEY) or "",
         _json(exec_properties.get(MODULE_KWARGS_KEY), {}))
-    return source, declared_inputs, declared_outputs
 
 
 class Executor(base_executor.BaseExecutor):
@@ -115,7 +69,7 @@ class Executor(base_executor.BaseExecutor):
            exec_properties: Dict[str, Any]) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
         folder = _uri(input_dict, SOURCE_MODEL_KEY) or ""
-        source, input_texts, output_names = source_from_folder(folder, exec_properties)
+        model_source, input_texts, output_names = source_from_folder(folder, exec_properties)
         inputs = signature.parse_input_specs(input_texts)
         outputs = signature.check_output_names(output_names)
         schema = None
@@ -129,7 +83,7 @@ class Executor(base_executor.BaseExecutor):
         atol = exec_properties.get(ATOL_KEY)
         rtol = exec_properties.get(RTOL_KEY)
         result = convert.import_model(
-            source, inputs, outputs, model.uri,
+            model_source, inputs, outputs, model.uri,
             opset=convert.DEFAULT_OPSET if opset is None else int(opset),
             atol=convert.DEFAULT_ATOL if atol is None else float(atol),
             rtol=0.0 if rtol is None else float(rtol),
@@ -142,7 +96,8 @@ class Executor(base_executor.BaseExecutor):
                                          result.report["source_digest"])
         model.set_string_custom_property(CONVERTER_PROPERTY, result.report["converter"])
         model.set_int_custom_property(BLESSED_PROPERTY, 1 if result.blessed else 0)
-        model.set_string_custom_property(SOURCE_PROPERTY, f"{source.kind}:{source.path}")
+        model.set_string_custom_property(SOURCE_PROPERTY,
+                                         f"{model_source.kind}:{model_source.path}")
         # Recorded only when measured (a model that raised at every batch has none).
         if result.report["max_abs_error"] is not None:
             properties.set_float(model, MAX_ABS_ERROR_PROPERTY, result.report["max_abs_error"])
@@ -153,6 +108,6 @@ class Executor(base_executor.BaseExecutor):
                      result.report["max_abs_error"])
         if not result.blessed and exec_properties.get(FAIL_ON_NOT_EQUIVALENT_KEY, 1):
             raise NotEquivalent(
-                f"The converted SavedModel is not equivalent to {source.path} (report: "
-                f"{os.path.join(model.uri, convert.REPORT_MD)}):\n"
+                f"The converted SavedModel is not equivalent to {model_source.path} (report: "
+                f"{fs.join(model.uri, convert.REPORT_MD)}):\n"
                 + convert.check_table([c for c in result.report["checks"] if not c["ok"]]))

@@ -206,3 +206,62 @@ def carry_pytorch(source: ModelSource, inputs: Sequence[str], outputs: Sequence[
     spec = torch_model.ModelSpec(source.module_class, dict(source.module_kwargs or {}),
                                  list(inputs), list(outputs))
     fs.write_text(fs.join(target, torch_model.SPEC_FILE), spec.to_json())
+
+
+def resolve_source_path(folder: str, path: str) -> str:
+    """``path`` inside the research team's folder, or the one model file there."""
+    if path:
+        full = fs.join(folder, path) if folder else path
+        if not fs.isfile(full):
+            raise ModelSourceError(f"No model file {path!r} in {folder or 'the local disk'}.")
+        return full
+    files = [f for f in fs.listdir(folder) if fs.isfile(fs.join(folder, f))]
+    if len(files) != 1:
+        raise ImporterConfigError(
+            f"{folder} holds {files}; give source_path to say which file is the model.")
+    return fs.join(folder, files[0])
+
+
+def has_pytorch_spec(folder: str) -> bool:
+    """Whether a model folder carries ``Format-PyTorch/`` with a spec."""
+    return torch_model.has_model(torch_model.folder_of(folder))
+
+
+def from_model_folder(folder: str, declared_inputs: Sequence[str],
+                      declared_outputs: Sequence[str], module_class: Optional[str] = None,
+                      kind: str = SOURCE_STATE_DICT, source_path: str = "",
+                      module_kwargs: Optional[dict] = None):
+    """The source, inputs and outputs of an import from a model folder (the component's
+    ``source_model``, the CLI's ``--source-model``): read from its ``Format-PyTorch/``
+    spec (PyTorchTrainer's) when it has one, else the declared ones; never both
+    differently. Returns (ModelSource, input spec texts, output names).
+    """
+    declared_inputs, declared_outputs = list(declared_inputs), list(declared_outputs)
+    pytorch = torch_model.folder_of(folder) if folder else ""
+    if pytorch and torch_model.has_model(pytorch):
+        try:
+            spec = torch_model.read_spec(pytorch)
+        except torch_model.TorchModelError as e:
+            raise ModelSourceError(str(e)) from e
+        declared = {"inputs": declared_inputs, "output_names": declared_outputs,
+                    "module_class": module_class}
+        from_spec = {"inputs": spec.inputs, "output_names": spec.outputs,
+                     "module_class": spec.module_class}
+        clash = [f"{k}: declared {declared[k]!r}, spec {from_spec[k]!r}"
+                 for k in declared if declared[k] and declared[k] != from_spec[k]]
+        if clash:
+            raise ImporterConfigError(
+                f"The source model's spec ({fs.join(pytorch, torch_model.SPEC_FILE)}) and the "
+                "component disagree: " + "; ".join(clash) + ". Declare nothing on the "
+                "component (the spec is where the model was trained), or fix the run_fn.")
+        found = ModelSource(SOURCE_STATE_DICT, fs.join(pytorch, spec.weights),
+                            spec.module_class, spec.module_kwargs)
+        return found, spec.inputs, spec.outputs
+    if not declared_inputs or not declared_outputs:
+        raise ImporterConfigError(
+            f"{folder or 'The source'} holds no {torch_model.PYTORCH_DIR}/"
+            f"{torch_model.SPEC_FILE}: declare inputs and output_names (and module_class "
+            "for a state_dict) on the component.")
+    found = ModelSource(kind, resolve_source_path(folder, source_path), module_class,
+                        module_kwargs or {})
+    return found, declared_inputs, declared_outputs

@@ -29,6 +29,7 @@ How a graph becomes a SavedModel:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
@@ -286,8 +287,7 @@ class Converter:
         if self.opset is None:
             raise ConversionFailed([Problem("(model)", "", "no ai.onnx opset import")])
         self.variables: List[Any] = []
-        self._variable_of: Dict[int, Any] = {}
-        self._keep: List[np.ndarray] = []  # arrays whose id() keys _variable_of
+        self._variable_of: Dict[tuple, Any] = {}
         self.value_info: Dict[str, Any] = {}
         for vi in list(model.graph.value_info) + list(model.graph.output) + list(
                 model.graph.input):
@@ -296,17 +296,23 @@ class Converter:
 
     # -- constants
     def tensor(self, array: np.ndarray, folding: bool = False):
-        """A numpy constant as a TF tensor: large ones as (cached) tracked variables."""
+        """A numpy constant as a TF tensor: large ones as (cached) tracked variables.
+
+        Variables are keyed by content: tf.function traces the body twice when it
+        creates variables (the second time to check none are new), and the same
+        weights must map to the same variable both times.
+        """
         tf = _tf()
         if folding or array.size < VARIABLE_MIN_ELEMENTS or array.dtype == np.bool_:
             return tf.constant(array)
-        key = id(array)
+        array = np.ascontiguousarray(array)
+        key = (str(array.dtype), array.shape,
+               hashlib.blake2b(array.view(np.uint8).reshape(-1), digest_size=16).digest())
         if key not in self._variable_of:
             with tf.init_scope():
                 var = tf.Variable(array, trainable=False, name=f"w{len(self.variables)}")
             self.variables.append(var)
             self._variable_of[key] = var
-            self._keep.append(array)
         return tf.convert_to_tensor(self._variable_of[key])
 
     # -- static shape/dtype expectations from ONNX shape inference
