@@ -316,8 +316,8 @@ class Converter:
         return tf.convert_to_tensor(self._variable_of[key])
 
     # -- static shape/dtype expectations from ONNX shape inference
-    def expected(self, name: str):
-        vi = self.value_info.get(name)
+    def expected(self, name: str, vi=None):
+        vi = vi if vi is not None else self.value_info.get(name)
         if vi is None or not vi.type.HasField("tensor_type"):
             return None, None
         tt = vi.type.tensor_type
@@ -335,6 +335,16 @@ class GraphRun:
         self.converter = converter
         self.parent = parent
         self.values: Dict[str, Any] = {}
+        # A subgraph's own value_info: its names may shadow the enclosing graph's.
+        self.value_info: Dict[str, Any] = {}
+
+    def value_info_of(self, name: str):
+        run = self
+        while run is not None:
+            if name in run.value_info:
+                return run.value_info[name]
+            run = run.parent
+        return self.converter.value_info.get(name)
 
     def lookup(self, name: str):
         run = self
@@ -346,8 +356,8 @@ class GraphRun:
 
     def run_sub(self, graph, inputs: Sequence[Any]):
         sub = GraphRun(self.converter, self)
-        for vi in list(graph.value_info) + list(graph.output):
-            self.converter.value_info.setdefault(vi.name, vi)
+        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+            sub.value_info[vi.name] = vi
         for spec, value in zip(graph.input, inputs, strict=False):
             sub.values[spec.name] = value
         sub.run(graph)
@@ -392,7 +402,7 @@ class GraphRun:
         tf = _tf()
         if value is None:
             raise Unsupported(f"output {name!r} was not computed")
-        elem, dims = self.converter.expected(name)
+        elem, dims = self.converter.expected(name, self.value_info_of(name))
         if is_const(value):
             if elem and elem in _NP_TYPES and value.dtype != _NP_TYPES[elem]:
                 raise Unsupported(f"output {name!r} is {value.dtype}, ONNX infers "
@@ -520,6 +530,11 @@ _OP_FIXES = {
     "NonMaxSuppression": "keep box post-processing out of the served model",
 }
 DEFAULT_FIX = "rewrite that part of the model with standard tensor ops"
+
+
+def add_fixes(fixes: Dict[str, str]) -> None:
+    """What to change in the model, per op type an ops module leaves unregistered."""
+    _OP_FIXES.update(fixes)
 
 
 # --------------------------------------------------------------------------- convert
