@@ -25,12 +25,14 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
     """torch.onnx.export with named inputs/outputs and a dynamic axis per -1.
 
     The fused attention fast path is off during export and fixed-width
-    EmbeddingBags are exported as gather + reduce (swaps.py); the changes made
-    are returned for the report.
+    EmbeddingBags are exported as gather + reduce (swaps.py); PyTorch's fused
+    kernels recorded in a TorchScript graph (encoder layer, multi-head
+    attention, embedding_bag) are exported as standard ops (fused.py). The
+    changes made are returned for the report.
     """
     torch = _torch()
     onnx = _onnx()
-    from tfx_bridge.components.pytorch_model_importer import swaps
+    from tfx_bridge.components.pytorch_model_importer import fused, swaps
 
     if not MIN_OPSET <= opset <= 20:
         raise ImporterConfigError(f"opset {opset}: use {MIN_OPSET} to 20 (default 17).")
@@ -41,9 +43,12 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
     for name in output_names:
         dynamic[name] = {0: "batch"}
     fastpath = swaps.uses_fastpath_modules(module)
+    decomposed = fused.rewrites(module)  # [] unless a TorchScript graph holds fused kernels
+    if decomposed:
+        fastpath = []  # the fast-path switch changes nothing in an already traced graph
     try:
-        with swaps.mha_fastpath_off(), swaps.dense_embedding_bags(module) as (exported, bags), \
-                torch.no_grad():
+        with fused.onnx_symbolics(), swaps.mha_fastpath_off(), \
+                swaps.dense_embedding_bags(module) as (exported, bags), torch.no_grad():
             if not isinstance(exported, torch.jit.ScriptModule):
                 exported = swaps.Positional(exported)
             torch.onnx.export(exported, args, path, input_names=[s.name for s in inputs],
@@ -60,7 +65,8 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
             f"{len(output_names)} --output-name were given ({list(output_names)}).")
     onnx.checker.check_model(model)
     onnx.save(onnx.shape_inference.infer_shapes(model), path)
-    applied = []
+    bags = swaps.dense_names(bags)
+    applied = list(decomposed)
     if fastpath:
         applied.append(Rewrite(
             swaps.MHA_FASTPATH_OFF, fastpath,
@@ -70,7 +76,7 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
         applied.append(Rewrite(
             swaps.EMBEDDING_BAG_DENSE, bags,
             "nn.EmbeddingBag over fixed-width ids exported as gather + reduce (its ONNX "
-            "form is a Loop onnx2tf cannot convert); same weights, padding_idx left out"))
+            "form is a Loop); same weights, padding_idx left out"))
     return applied
 
 
@@ -83,20 +89,10 @@ def export_prefix(module) -> str:
     return swaps.WRAPPER_ATTRIBUTE + "."
 
 
-_FUSED_OPS = ("_transformer_encoder_layer_fwd", "_native_multi_head_attention")
-
-
 def _export_failure(error: Exception, inputs: Sequence[TensorSpec]) -> str:
     """What torch.onnx.export's error means for the user, and the fix."""
     text = str(error)
     first = next((ln for ln in text.splitlines() if ln.strip()), type(error).__name__)
-    fused = next((op for op in _FUSED_OPS if op in text), None)
-    if fused:
-        return (f"torch.onnx.export met PyTorch's fused attention kernel aten::{fused}, which "
-                "has no ONNX form. The importer turns the fast path off while exporting, so "
-                "this TorchScript file was traced with it on: re-trace with "
-                "torch.backends.mha.set_fastpath_enabled(False) (or in train mode), or hand "
-                "over the state_dict with --module-class.")
     if "embedding_bag" in text:
         return (f"torch.onnx.export cannot export this compiled nn.EmbeddingBag ({first[:200]})."
                 " Hand over the state_dict with --module-class: the importer then exports "

@@ -30,6 +30,9 @@ def report_markdown(report: dict) -> str:
         "# PyTorchModelImporter report", "",
         f"Result: **{verdict}**", "",
         f"- source: {report['source']['kind']} {report['source']['path']}",
+        f"- converter: {report.get('converter')}" + "".join(
+            f" (tried first: {a['converter']}, refused: {a['message']})"
+            for a in report.get("conversion_attempts") or [] if a["outcome"] == "refused"),
         f"- inputs: {', '.join(report['inputs'])}",
         f"- outputs: {', '.join(report['outputs'])}",
         f"- tolerance: atol {report['tolerance']['atol']}, rtol {report['tolerance']['rtol']}, "

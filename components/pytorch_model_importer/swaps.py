@@ -14,7 +14,8 @@ Imported only when a torch module is exported (torch is the ``onnx`` extra).
   shared) for a module computing exactly that: ``sum`` (with
   ``per_sample_weights``), ``mean`` and ``max``, ``padding_idx`` left out of
   every reduction and an all-padding bag giving zeros, as PyTorch does.
-  Ragged bags (1-D ids + ``offsets``) are refused with the way to hand them over.
+  A bag called ragged (1-D ids + ``offsets``) runs as itself and is exported
+  through fused.py's Loop-free ``embedding_bag`` form (not named here).
 """
 from __future__ import annotations
 
@@ -31,10 +32,6 @@ EMBEDDING_BAG_DENSE = "embedding-bag-dense"
 
 # Module types (or TorchScript original names) whose eval fast path has no ONNX form.
 _FASTPATH_MODULES = ("TransformerEncoderLayer", "TransformerEncoder", "MultiheadAttention")
-
-
-class RaggedBagError(ImporterConfigError):
-    """An EmbeddingBag is called with 1-D ids and offsets (ragged bags)."""
 
 
 def _type_name(module) -> str:
@@ -68,16 +65,16 @@ class DenseEmbeddingBag(nn.Module):
         self.mode = bag.mode
         self.padding_idx = bag.padding_idx
         self.qualified_name = name
+        object.__setattr__(self, "_original", bag)  # not a submodule: weights stay shared
+        self.dense = self.ragged = False  # how export called it (the report names dense)
 
     def forward(self, input, offsets=None, per_sample_weights=None):  # noqa: A002 (torch's name)
         if input.dim() != 2 or offsets is not None:
-            raise RaggedBagError(
-                f"EmbeddingBag {self.qualified_name!r} is called with 1-D ids and offsets "
-                "(ragged bags). Its ONNX form is a Loop that onnx2tf cannot convert. Hand the "
-                "bags over fixed-width: a 2-D ids input [batch, width], every bag padded to "
-                "the width with a padding id, and nn.EmbeddingBag(..., padding_idx=PAD) (sum, "
-                "mean and max leave it out), or for mode='sum' per_sample_weights with zeros at "
-                "the padded positions; declare it as e.g. --input ids:int64:-1,WIDTH.")
+            # Ragged bags (1-D ids + offsets): the bag itself, exported through
+            # fused.py's Loop-free embedding_bag form (segment ids + scatter).
+            self.ragged = True
+            return self._original(input, offsets, per_sample_weights)
+        self.dense = True
         vectors = nn.functional.embedding(input, self.weight)  # [N, L, D]
         keep = None
         if self.padding_idx is not None:
@@ -135,12 +132,13 @@ def _set_submodule(root: nn.Module, name: str, new: nn.Module) -> None:
 
 
 @contextlib.contextmanager
-def dense_embedding_bags(module: nn.Module) -> Iterator[Tuple[nn.Module, List[str]]]:
+def dense_embedding_bags(module: nn.Module) -> Iterator[Tuple[nn.Module, list]]:
     """Swaps every ``nn.EmbeddingBag`` for a DenseEmbeddingBag for the block, then restores.
 
     Yields the module to export (the swap itself when the root is a bag) and
-    the qualified names swapped. TorchScript modules are left as they are
-    (their code is compiled); their bags surface as ONNX Loop nodes.
+    the swaps (:func:`dense_names` tells which ones export used dense).
+    TorchScript modules are left as they are (their code is compiled); fused.py
+    exports their ``aten::embedding_bag`` without a Loop.
     """
     if isinstance(module, torch.jit.ScriptModule):
         yield module, []
@@ -154,17 +152,20 @@ def dense_embedding_bags(module: nn.Module) -> Iterator[Tuple[nn.Module, List[st
                 f"EmbeddingBag {label!r} has max_norm={bag.max_norm}: it rewrites its weights "
                 "at every lookup, which no served graph does. Renormalise the weights once "
                 "(torch.renorm) and set max_norm=None before handing the model over.")
-        if bag.include_last_offset:
-            raise RaggedBagError(
-                f"EmbeddingBag {label!r} has include_last_offset=True: it takes ragged bags "
-                "(1-D ids + offsets). Hand the bags over fixed-width with padding_idx instead.")
     if bags and not bags[0][0]:
-        yield DenseEmbeddingBag(module, "(root)"), ["(root)"]
+        root = DenseEmbeddingBag(module, "(root)")
+        yield root, [root]
         return
-    for name, bag in bags:
-        _set_submodule(module, name, DenseEmbeddingBag(bag, name))
+    swapped = [DenseEmbeddingBag(bag, name) for name, bag in bags]
+    for (name, _), dense in zip(bags, swapped, strict=True):
+        _set_submodule(module, name, dense)
     try:
-        yield module, [name for name, _ in bags]
+        yield module, swapped
     finally:
         for name, bag in bags:
             _set_submodule(module, name, bag)
+
+
+def dense_names(swapped: List[DenseEmbeddingBag]) -> List[str]:
+    """The bags export called over fixed-width ids (swapped to gather + reduce)."""
+    return [m.qualified_name for m in swapped if m.dense]

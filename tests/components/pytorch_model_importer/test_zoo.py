@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
+onnx = pytest.importorskip("onnx", reason="needs the [onnx] extra (onnx)")
 pytest.importorskip("torchvision", reason="needs the [zoo] extra (torchvision)")
 pytest.importorskip("transformers", reason="needs the [zoo] extra (transformers)")
 
@@ -29,7 +30,6 @@ from tfx_bridge.components.pytorch_model_importer import (  # noqa: E402
     signature,
     swaps,
 )
-from tfx_bridge.components.pytorch_model_importer.errors import ConversionError  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402  (the state_dict handovers name zoo:Class, as users name their package)
@@ -48,14 +48,18 @@ def test_zoo_model_signature_names_kept(zoo_imports, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,kind", [
-    ("conv_pool_flatten", rewrite.RESHAPE_DYNAMIC_BATCH),
-    ("resnet", rewrite.RESHAPE_DYNAMIC_BATCH),
-    ("dlrm", rewrite.RESHAPE_DYNAMIC_BATCH),
-    ("embedding_bag", swaps.EMBEDDING_BAG_DENSE),
-])
-def test_zoo_rewrite_named_in_report(zoo_imports, name, kind):
-    zoo.assert_rewrite_named(zoo_imports[name], kind)
+def test_zoo_rewrite_named_in_report(zoo_imports):
+    zoo.assert_rewrite_named(zoo_imports["embedding_bag"], swaps.EMBEDDING_BAG_DENSE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", zoo.TESTED_A)
+def test_zoo_model_converted_by_own_converter_without_graph_rewrites(zoo_imports, name):
+    report = zoo_imports[name].report
+    assert report["converter"] == "tfx-bridge"
+    assert [a["converter"] for a in report["conversion_attempts"]] == ["tfx-bridge"]
+    # onnx2tf's batch-1 reshape fix is not needed: dynamic dims stay tf.shape.
+    assert rewrite.RESHAPE_DYNAMIC_BATCH not in {r["kind"] for r in report["rewrites"]}
 
 
 @pytest.mark.slow
@@ -81,44 +85,66 @@ def test_dense_embedding_bag_matches_torch_including_all_padding_bags(mode, padd
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
 
 
-def test_import_ragged_embedding_bag_refused_up_front(tmp_path):
-    path = str(tmp_path / "bag.pt")
-    torch.save(zoo.RaggedBag().state_dict(), path)
-    source = convert.ModelSource("state_dict", path, "zoo:RaggedBag", {})
-    specs = signature.parse_input_specs(["ids:int64:-1", "offsets:int64:-1"])
-    with pytest.raises(swaps.RaggedBagError,
-                       match=r"EmbeddingBag 'bag' is called with 1-D ids and offsets.*"
-                             r"padding_idx=PAD.*per_sample_weights with zeros"):
-        convert.import_model(source, specs, ["pooled"], str(tmp_path / "model"))
-    assert not os.path.exists(tmp_path / "model" / convert.SERVING_DIR)
+@pytest.mark.slow
+def test_export_ragged_embedding_bag_converts_without_loop(tmp_path):
+    """1-D ids + offsets: exported through fused.py's segment-id form (no Loop), converted
+    by our converter, and equal to torch on ragged bags (one of them empty)."""
+    import tensorflow as tf
+
+    from tfx_bridge.components.pytorch_model_importer import export
+    from tfx_bridge.components.pytorch_model_importer.to_tf import converters
+
+    torch.manual_seed(0)
+    module = zoo.RaggedBag().eval()
+    # Offsets all 0 for the trace: valid bags whatever the batch size.
+    specs = signature.parse_input_specs(["ids:int64:-1:0..99", "offsets:int64:-1:0..0"])
+    onnx_path = str(tmp_path / "bag.onnx")
+    rewrites = export.export_onnx(module, specs, ["pooled"], onnx_path)
+    assert swaps.EMBEDDING_BAG_DENSE not in {r.kind for r in rewrites}  # not dense: ragged
+    assert "Loop" not in {n.op_type for n in onnx.load(onnx_path).graph.node}
+    saved = converters.faithful(onnx_path, str(tmp_path / "sm"), specs)
+    ids = torch.tensor([1, 2, 3, 4, 5, 6], dtype=torch.int64)
+    for offsets in ([0, 2, 2, 5], [0, 3]):
+        offsets = torch.tensor(offsets, dtype=torch.int64)
+        got = tf.saved_model.load(saved).signatures["serving_default"](
+            ids=tf.constant(ids.numpy()), offsets=tf.constant(offsets.numpy()))["pooled"]
+        with torch.no_grad():
+            np.testing.assert_allclose(got.numpy(), module(ids, offsets).numpy(), atol=1e-6)
 
 
-def test_import_unconvertible_op_named_with_module_before_writing(tmp_path):
-    # A TorchScript file keeps EmbeddingBag compiled: its ONNX form is a Loop.
+@pytest.mark.slow
+def test_import_torchscript_embedding_bag_decomposed_and_blessed(tmp_path):
+    # A TorchScript file keeps aten::embedding_bag compiled; fused.py exports it as
+    # gather + reduce (its stock ONNX form is a Loop).
+    torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.EmbeddingBag(50, 4, mode="sum"),
                                 torch.nn.Linear(4, 1)).eval()
     specs = signature.parse_input_specs(["ids:int64:-1,5:0..49"])
     path = str(tmp_path / "bag.torchscript")
     torch.jit.trace(model, (torch.zeros(2, 5, dtype=torch.int64),)).save(path)
-    with pytest.raises(ConversionError,
-                       match=r"nothing was written\. ONNX op Loop \(node /0/Loop\w*, "
-                             r"from module '0' \(EmbeddingBag\)\): .*--module-class"):
-        convert.import_model(convert.ModelSource("torchscript", path), specs, ["score"],
-                             str(tmp_path / "model"))
-    assert not os.path.exists(tmp_path / "model" / convert.SERVING_DIR)
+    result = convert.import_model(convert.ModelSource("torchscript", path), specs, ["score"],
+                                  str(tmp_path / "model"))
+    assert result.blessed, convert.check_table(result.report["checks"])
+    kinds = {r["kind"]: r["nodes"] for r in result.report["rewrites"]}
+    assert kinds["fused-kernel-decomposed"] == ["0 (aten::embedding_bag)"]
 
 
-def test_import_torchscript_traced_with_fused_attention_refused_with_fix(tmp_path):
+@pytest.mark.slow
+def test_import_torchscript_traced_with_fused_attention_blessed(tmp_path):
     model = zoo.TextEncoder().eval()
     specs = signature.parse_input_specs(zoo.ZOO["transformer_encoder"].inputs)
     sample = tuple(torch.from_numpy(v) for v in signature.make_inputs(specs, 2).values())
     path = str(tmp_path / "enc.torchscript")
     with torch.no_grad():  # eval + no_grad: PyTorch traces its fused fast path
         torch.jit.trace(model, sample).save(path)
-    with pytest.raises(Exception, match=r"fused attention kernel aten::_transformer_encoder"
-                                        r"_layer_fwd.*set_fastpath_enabled\(False\)"):
-        convert.import_model(convert.ModelSource("torchscript", path), specs, ["logits"],
-                             str(tmp_path / "model"))
+    result = convert.import_model(convert.ModelSource("torchscript", path), specs, ["logits"],
+                                  str(tmp_path / "model"))
+    assert result.blessed, convert.check_table(result.report["checks"])
+    rewrites = {r["kind"]: r["nodes"] for r in result.report["rewrites"]}
+    assert any("aten::_transformer_encoder_layer_fwd" in n
+               for n in rewrites["fused-kernel-decomposed"])
+    assert swaps.MHA_FASTPATH_OFF not in rewrites  # the switch changes nothing once traced
+    assert result.report["converter"] == "tfx-bridge"
 
 
 @pytest.mark.slow
@@ -134,7 +160,8 @@ def test_cli_import_model_crashing_at_one_batch_size_is_not_equivalent_exit_1(tm
     exe = os.path.join(os.path.dirname(sys.executable), "tfx-bridge")
     proc = subprocess.run([exe, "import-model", "--onnx", onnx_path, "--input",
                            specs[0].to_text(), "--output-name", "logits", "--output",
-                           str(tmp_path / "out"), "--no-graph-rewrites", "--json"],
+                           str(tmp_path / "out"), "--converter", "onnx2tf",
+                           "--no-graph-rewrites", "--json"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
@@ -149,4 +176,4 @@ def test_cli_import_model_crashing_at_one_batch_size_is_not_equivalent_exit_1(tm
         assert all(not c["ok"] and c["max_abs"] is None for c in by_batch[batch])
         assert "Matrix size-incompatible" in by_batch[batch][0]["error"]
     assert "Matrix size-incompatible" in proc.stdout  # the table shows the error
-    assert report["rewrites"] == []
+    assert report["rewrites"] == [] and report["converter"] == "onnx2tf"

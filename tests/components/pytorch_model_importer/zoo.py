@@ -95,7 +95,7 @@ class BagOfIds(nn.Module):
 
 
 class RaggedBag(nn.Module):
-    """EmbeddingBag over 1-D ids + offsets: ragged bags (refused with a way out)."""
+    """EmbeddingBag over 1-D ids + offsets: ragged bags (exported without a Loop)."""
 
     def __init__(self, items: int = 100, dim: int = 8):
         super().__init__()
