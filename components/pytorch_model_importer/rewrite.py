@@ -186,7 +186,12 @@ def scope_of(node_name: str, types: Dict[str, str]) -> str:
     parts = [p for p in (node_name or "").split("/") if p]
     if len(parts) < 2:
         return ""
-    return types.get(parts[-2], f"module {parts[-2]!r}")
+    # Nested modules give one segment per attribute (/model/features/pool/MaxPool) or
+    # the qualified name at once (/0/Loop): try the joined path, then the last segment.
+    for key in (".".join(parts[:-1]), parts[-2]):
+        if key in types:
+            return types[key]
+    return f"module {'.'.join(parts[:-1])!r}"
 
 
 def describe_node(op: str, node_name: str, types: Dict[str, str]) -> str:

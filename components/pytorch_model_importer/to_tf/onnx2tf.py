@@ -48,7 +48,8 @@ def _node_types(onnx_path: str) -> Dict[str, str]:
 def failure_message(text: str, onnx_path: str, types: Dict[str, str]) -> str:
     """What onnx2tf's output says failed: the op type, node, module and the error line."""
     clean = _ANSI.sub("", text)
-    lines = [ln.strip() for ln in clean.splitlines() if ln.strip()]
+    lines = [re.sub(r"^(ERROR|WARNING|INFO):\s*", "", ln.strip())
+             for ln in clean.splitlines() if ln.strip()]
     specific = [ln for ln in lines if not any(g in ln for g in _GENERIC)]
     errors = [ln for ln in specific if _ERROR_LINE.search(ln)]
     detail = (errors or specific or ["(no output)"])[-1][:400]

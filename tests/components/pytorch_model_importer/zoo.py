@@ -347,3 +347,25 @@ def hand_over(name: str, folder: str) -> convert.ModelSource:
                       dynamic_axes={n: {0: "batch"} for n in [s.name for s in specs]
                                     + entry.outputs})
     return convert.ModelSource("onnx", path)
+
+
+class _PoolWithIndices(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.MaxPool2d(2, return_indices=True)
+
+    def forward(self, x):
+        y, i = self.pool(x)
+        return y.sum(dim=(2, 3)) + i.float().mean(dim=(2, 3))
+
+
+class PoolIndicesNet(nn.Module):
+    """Max pooling that returns its indices (an op variant the converter refuses on
+    dynamic spatial sizes), inside a nested module."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = _PoolWithIndices()
+
+    def forward(self, image):
+        return self.features(image)

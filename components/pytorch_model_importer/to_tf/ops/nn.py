@@ -473,7 +473,9 @@ def _max_pool_indices(node, x, xp, kernel, strides, dilations, begin, outs):
     nd = len(kernel)
     static = x.shape.as_list()
     if any(d is None for d in static[2:]) or any(not isinstance(o, int) for o in outs):
-        node.refuse("MaxPool Indices with dynamic spatial dimensions is not supported")
+        node.refuse("MaxPool Indices with dynamic spatial dimensions is not supported",
+                    "declare fixed spatial sizes for the input (e.g. image:float32:-1,3,32,32) "
+                    "or do not return the pooling indices")
     spatial = static[2:]
     order = list(range(nd)) if node.attr("storage_order") == 0 else list(reversed(range(nd)))
     step = {}

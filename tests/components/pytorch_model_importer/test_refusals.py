@@ -1,0 +1,57 @@
+"""Conversion refusals name the op, node, variant, shapes, PyTorch module and the fix."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
+
+from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.errors import ConversionError  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.to_tf import onnx2tf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zoo  # noqa: E402
+
+
+def test_import_refused_op_variant_names_op_node_variant_module_and_fix(tmp_path):
+    path = str(tmp_path / "w.pt")
+    torch.save(zoo.PoolIndicesNet().state_dict(), path)
+    source = convert.ModelSource("state_dict", path, "zoo:PoolIndicesNet", {})
+    specs = signature.parse_input_specs(["image:float32:-1,3,-1,-1"])
+    with pytest.raises(ConversionError,
+                       match=r"nothing was written\. ONNX op MaxPool \(node "
+                             r"/model/features/pool/MaxPool, from module 'features\.pool' "
+                             r"\(MaxPool2d\)\): MaxPool Indices with dynamic spatial "
+                             r"dimensions is not supported \[inputs image: \(None, 3, None, "
+                             r"None\)\]\. Declare fixed spatial sizes"):
+        convert.import_model(source, specs, ["score"], str(tmp_path / "model"),
+                             converter="tfx-bridge")
+    assert not os.path.exists(tmp_path / "model" / convert.SERVING_DIR)
+
+
+def test_onnx2tf_failure_message_names_node_without_generic_tail_or_ansi(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Einsum", ["a", "b"], ["c"], name="/attn/Einsum",
+                          equation="ij,jk->ik")], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 2]) for n in "ab"],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2, 2])])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(helper.make_model(graph), path)
+    log = ("\x1b[31mERROR:\x1b[0m The trace log is below.\n"
+           "\x1b[31mERROR:\x1b[0m onnx_op_name: /attn/Einsum\n"
+           "\x1b[31mERROR:\x1b[0m ValueError: Dimensions must be equal, but are 16 and 2\n"
+           "\x1b[31mERROR:\x1b[0m If the input OP of ONNX before conversion is NHWC or an "
+           "irregular channel arrangement other than NCHW, use the -kt or -kat option.\n"
+           "\x1b[31mERROR:\x1b[0m Also, for models that include NonMaxSuppression in the "
+           "post-processing, try the -onwdt option.\n")
+    message = onnx2tf.failure_message(log, path, {"attn": "module 'attn' (Attention)"})
+    assert message == ("onnx2tf cannot convert ONNX op Einsum (node /attn/Einsum, from module "
+                       "'attn' (Attention)): ValueError: Dimensions must be equal, but "
+                       "are 16 and 2")
+    assert "\x1b" not in message and "onwdt" not in message
