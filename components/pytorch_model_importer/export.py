@@ -54,6 +54,7 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
             torch.onnx.export(exported, args, path, input_names=[s.name for s in inputs],
                               output_names=list(output_names), dynamic_axes=dynamic,
                               opset_version=opset, do_constant_folding=True, dynamo=False)
+        applied_fixes = fused.exporter_fixes()
     except ImporterError:
         raise
     except Exception as e:
@@ -66,7 +67,7 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
     onnx.checker.check_model(model)
     onnx.save(onnx.shape_inference.infer_shapes(model), path)
     bags = swaps.dense_names(bags)
-    applied = list(decomposed)
+    applied = list(decomposed) + applied_fixes
     if fastpath:
         applied.append(Rewrite(
             swaps.MHA_FASTPATH_OFF, fastpath,

@@ -23,6 +23,9 @@ writes the same math with standard ONNX ops (no Loop, default domain only):
   ``src_key_padding_mask``. The nested tensor stays the padded dense tensor and
   its mask becomes the key padding mask of the layers that read it; padded
   positions come out as the padding value, as ``to_padded_tensor`` gives;
+- ``aten::index_add`` (any hand-over, opset >= 16): torch's own symbolic
+  scatters without a reduction, so duplicated indices overwrite; exported as
+  ``ScatterElements(reduction="add")`` and named in the report;
 - ``aten::embedding_bag``: fixed-width 2-D ids (offsets ``arange(0, N, W)``, as
   ``F.embedding_bag`` writes them) as a Gather over ``[B, W]`` and a
   reduction; ragged 1-D ids + offsets scattered (ScatterND, segment ids by
@@ -352,6 +355,36 @@ def _pool(g, vectors, keep, mode: int):
     return g.op("Div", total, count)
 
 
+def _index_add(g, self, dim, index, other, alpha=None):
+    """``index_add`` as ONNX ``ScatterElements(reduction="add")``.
+
+    torch 2.5's own symbolic scatters without a reduction (it warns that
+    duplicated indices make the model incorrect): rows sharing an index
+    overwrite each other instead of adding up. From opset 16 ScatterElements
+    adds duplicates, exactly what ``index_add`` computes.
+    """
+    axis = sym._maybe_get_const(dim, "i")
+    rank = sym._get_tensor_rank(self)
+    if not isinstance(axis, int) or rank is None or sym._get_tensor_rank(other) != rank:
+        raise torch.onnx.errors.SymbolicValueError(
+            "index_add needs a constant dim and self/source of one known rank", self)
+    axis = axis % rank
+    if alpha is not None and not sym._is_none(alpha):
+        scale = sym._maybe_get_scalar(alpha)
+        if not (isinstance(scale, (int, float)) and scale == 1):
+            other = g.op("Mul", other, g.op("CastLike", alpha, other))
+    _INDEX_ADDS.append(1)
+    idx = sym._unsqueeze_helper(g, index, [i for i in range(rank) if i != axis])
+    idx = g.op("Expand", idx, g.op("Shape", other))
+    return g.op("ScatterElements", self, idx, other, axis_i=axis, reduction_s="add")
+
+
+_INDEX_ADDS: List[int] = []  # index_add calls exported in the current block
+INDEX_ADD = "aten::index_add"
+INDEX_ADD_SCATTER_ADD = "index-add-scatter-add"
+# ScatterElements adds duplicates from opset 16; below it torch's own symbolic stays.
+_INDEX_ADD_OPSETS = tuple(o for o in _OPSETS if o >= 16)
+
 _SYMBOLICS = {
     ENCODER_LAYER: _encoder_layer,
     MULTI_HEAD_ATTENTION: _multi_head_attention,
@@ -370,16 +403,31 @@ def onnx_symbolics(opsets: Sequence[int] = _OPSETS) -> Iterator[None]:
     """
     registered: List[Tuple[str, int]] = []
     _NESTED.clear()
+    _INDEX_ADDS.clear()
     try:
         for name, fn in _SYMBOLICS.items():
             for opset in opsets:
                 torch.onnx.register_custom_op_symbolic(name, fn, opset)
                 registered.append((name, opset))
+        for opset in (o for o in opsets if o in _INDEX_ADD_OPSETS):
+            torch.onnx.register_custom_op_symbolic(INDEX_ADD, _index_add, opset)
+            registered.append((INDEX_ADD, opset))
         yield
     finally:
         for name, opset in registered:
             torch.onnx.unregister_custom_op_symbolic(name, opset)
         _NESTED.clear()
+
+
+def exporter_fixes() -> list:
+    """Report entries for torch symbolics replaced during the last export block."""
+    from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
+
+    if not _INDEX_ADDS:
+        return []
+    return [Rewrite(INDEX_ADD_SCATTER_ADD, [f"{len(_INDEX_ADDS)} index_add call(s)"],
+                    "torch's index_add symbolic overwrites rows sharing an index; exported as "
+                    "ScatterElements(reduction='add'), which sums them as PyTorch does")]
 
 
 # --------------------------------------------------------------------------- report

@@ -346,3 +346,31 @@ def test_fused_kernels_saved_and_loaded_keeps_module_names(tmp_path):
     loaded = torch.jit.load(path)
     assert fused.fused_kernels(loaded) == [(fused.ENCODER_LAYER, "inner.layers.0"),
                                            (fused.ENCODER_LAYER, "inner.layers.1")]
+
+
+class _IndexAdd(torch.nn.Module):
+    """index_add with a repeated index: rows 0 and 2 both add into group 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("groups", torch.tensor([0, 1, 0, 2]))
+
+    def forward(self, x):
+        out = torch.zeros(x.shape[0], 3, dtype=x.dtype)
+        return out.index_add(1, self.groups, x, alpha=2.0)
+
+
+def test_export_index_add_with_repeated_indices_sums_like_torch(tmp_path):
+    from tfx_bridge.components.pytorch_model_importer import export, signature
+
+    path = str(tmp_path / "m.onnx")
+    specs = signature.parse_input_specs(["x:float32:-1,4"])
+    rewrites = export.export_onnx(_IndexAdd().eval(), specs, ["y"], path)
+    assert [r.kind for r in rewrites] == [fused.INDEX_ADD_SCATTER_ADD]
+    for batch in (1, 7):
+        x = np.random.default_rng(batch).standard_normal((batch, 4)).astype(np.float32)
+        got = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+            None, {"x": x})[0]
+        with torch.no_grad():
+            np.testing.assert_allclose(got, _IndexAdd()(torch.from_numpy(x)).numpy(),
+                                       atol=1e-6)
