@@ -4,6 +4,7 @@ from tfx_bridge.components.pytorch_model_importer.to_tf.ops import (  # noqa: F4
     control,
     elementwise,
     linalg,
+    loss,
     nn,
     tensor,
 )
