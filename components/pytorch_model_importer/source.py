@@ -178,7 +178,7 @@ def source_digest(source: ModelSource, inputs: Sequence[str], outputs: Sequence[
 
     h = hashlib.sha256(json.dumps({
         "kind": source.kind, "module_class": source.module_class,
-        "module_kwargs": source.module_kwargs, "inputs": list(inputs),
+        "module_kwargs": source.module_kwargs or {}, "inputs": list(inputs),
         "outputs": list(outputs), "tfx_bridge": tfx_bridge.__version__, **settings},
         sort_keys=True, default=str).encode())
     files = [("model", source.path)]
