@@ -210,3 +210,21 @@ def test_onnx_constant_node_external_data_outside_folder_refused(tmp_path, via):
                              signature.parse_input_specs(["x:float32:-1,1"]), ["y"],
                              str(tmp_path / "out"))
     assert not (tmp_path / "out" / convert.SERVING_DIR).exists()
+
+
+@pytest.mark.slow
+def test_verify_onnxruntime_unavailable_torch_decides(imported, tmp_path):
+    """onnxruntime failing on the exported ONNX is recorded, not held against the
+    SavedModel when torch (the source) was checked; without torch it is a failure."""
+    serving_dir = imported["mlp"].serving_dir
+    specs = signature.parse_input_specs(demo_models.REFERENCE_MODELS["mlp"][2])
+    outputs = demo_models.REFERENCE_MODELS["mlp"][3]
+    missing = str(tmp_path / "no-such.onnx")
+    module = demo_models.build("mlp").eval()  # the weights the import was made from
+    checks = convert.verify(serving_dir, missing, specs, outputs, module, batch_sizes=(1, 7))
+    ort_checks = [c for c in checks if c.reference == "onnxruntime"]
+    assert ort_checks and all(c.ok and c.error.startswith("reference unavailable")
+                              for c in ort_checks)
+    assert all(c.ok for c in checks if c.reference == "torch")
+    alone = convert.verify(serving_dir, missing, specs, outputs, None, batch_sizes=(1,))
+    assert not any(c.ok for c in alone if c.reference == "onnxruntime")
