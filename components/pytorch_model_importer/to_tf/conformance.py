@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import glob
 import io
 import json
@@ -54,9 +55,35 @@ def _read_tensor(path: str):
     if tensor.data_type == 0:  # not a TensorProto: a SequenceProto or OptionalProto
         return None
     try:
-        return numpy_helper.to_array(tensor)
+        array = numpy_helper.to_array(tensor)
     except ValueError:  # a SequenceProto that parsed as a TensorProto by accident
         return None
+    from tfx_bridge.components.pytorch_model_importer.to_tf import core
+    elem = tensor.data_type
+    if elem == onnx.TensorProto.UINT16 and _declared_type(path) == onnx.TensorProto.BFLOAT16:
+        import ml_dtypes  # ONNX's bfloat16 cases store the bit patterns as uint16
+        return array.view(ml_dtypes.bfloat16)
+    # bfloat16/float8/4-bit values (float32 from to_array) in the converter's carrier dtype
+    return core.as_carrier(array, elem) if elem in core.NARROW_TYPES else array
+
+
+def _declared_type(path: str) -> Optional[int]:
+    """The element type the case's model declares for the input/output file ``path``."""
+    match = re.match(r"(input|output)_(\d+)\.pb$", os.path.basename(path))
+    if not match:
+        return None
+    kind, index = match.group(1), int(match.group(2))
+    graph = _case_graph(os.path.join(os.path.dirname(os.path.dirname(path)), "model.onnx"))
+    inits = {t.name for t in graph.initializer}
+    values = [v for v in graph.input if v.name not in inits] if kind == "input" \
+        else list(graph.output)
+    return values[index].type.tensor_type.elem_type if index < len(values) else None
+
+
+@functools.lru_cache(maxsize=8)
+def _case_graph(model_path: str):
+    import onnx
+    return onnx.load(model_path).graph
 
 
 @dataclasses.dataclass
@@ -95,6 +122,8 @@ def compare_outputs(expected, got) -> Optional[str]:
             return f"output {i}: shape {list(g.shape)}, expected {list(e.shape)}"
         if e.dtype != g.dtype:
             return f"output {i}: dtype {g.dtype}, expected {e.dtype}"
+        if e.dtype.kind == "V" and e.dtype.name.startswith(("bfloat16", "float8")):
+            e, g = e.astype(np.float32), g.astype(np.float32)  # exact: every value fits
         if e.dtype.kind in "biuU" or e.dtype == object:
             if not np.array_equal(e, g):
                 return f"output {i}: {int(np.sum(e != g))} values differ"

@@ -133,14 +133,53 @@ _NP_TYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 
              13: np.uint64}
 
 
+# Element types only the ops in NARROW_TYPE_OPS handle (check_model refuses them anywhere
+# else), each held in a carrier dtype: TF's own bfloat16/float8 dtypes where TF has them,
+# the FNUZ float8 types as their uint8 bit patterns and INT4/UINT4 as int8/uint8 values
+# (TF has no such dtype or no kernels for it). Any other op would misread a carrier.
+NARROW_TYPES = {16: "bfloat16", 17: "float8_e4m3fn", 18: "uint8", 19: "float8_e5m2",
+                20: "uint8", 21: "uint8", 22: "int8"}
+NARROW_TYPE_OPS = frozenset({"Cast", "CastLike"})
+_DTYPE_ATTRS = ("to", "dtype", "output_dtype")  # attributes naming an element type
+
+
+def _carrier(elem_type: Optional[int]):
+    """numpy dtype holding ONNX element type ``elem_type``; None if there is none."""
+    if elem_type in _NP_TYPES:
+        return np.dtype(_NP_TYPES[elem_type])
+    name = NARROW_TYPES.get(elem_type)
+    if name is None:
+        return None
+    if name in ("uint8", "int8"):
+        return np.dtype(name)
+    import ml_dtypes  # ships with TensorFlow: its numpy bfloat16/float8 types
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+def as_carrier(array: np.ndarray, elem_type: int) -> np.ndarray:
+    """A value of element type ``elem_type`` as onnx's numpy_helper.to_array returns it
+    (float32 values for bfloat16/float8, in onnx 1.16), in its carrier dtype: exact, as
+    every such value is one of the type's."""
+    array = np.asarray(array)
+    carrier = _carrier(elem_type)
+    if carrier is None or array.dtype == carrier:
+        return array
+    if elem_type in (18, 20):  # FNUZ float8: bit patterns
+        import ml_dtypes
+        fnuz = ml_dtypes.float8_e4m3fnuz if elem_type == 18 else ml_dtypes.float8_e5m2fnuz
+        return array.astype(np.float32).astype(fnuz).view(np.uint8)
+    return array.astype(carrier)
+
+
 def np_dtype(elem_type: int):
-    """numpy dtype of an ONNX element type; Unsupported for strings, bfloat16, float8, ..."""
-    if elem_type not in _NP_TYPES:
+    """numpy (carrier) dtype of an ONNX element type; Unsupported for strings, complex, ..."""
+    carrier = _carrier(elem_type)
+    if carrier is None:
         import onnx
         name = onnx.TensorProto.DataType.Name(elem_type)
         raise Unsupported(f"element type {name} is not supported",
                           "use float32/float64/float16 or an integer/bool type")
-    return _NP_TYPES[elem_type]
+    return carrier.type
 
 
 def tf_dtype(elem_type: int):
@@ -366,7 +405,7 @@ class GraphRun:
     def run(self, graph) -> None:
         from onnx import numpy_helper
         for init in graph.initializer:
-            self.values[init.name] = numpy_helper.to_array(init)
+            self.values[init.name] = as_carrier(numpy_helper.to_array(init), init.data_type)
         for node in graph.node:
             self.run_node(node)
 
@@ -403,10 +442,11 @@ class GraphRun:
         if value is None:
             raise Unsupported(f"output {name!r} was not computed")
         elem, dims = self.converter.expected(name, self.value_info_of(name))
+        carrier = _carrier(elem) if elem else None
         if is_const(value):
-            if elem and elem in _NP_TYPES and value.dtype != _NP_TYPES[elem]:
+            if carrier is not None and value.dtype != carrier:
                 raise Unsupported(f"output {name!r} is {value.dtype}, ONNX infers "
-                                  f"{np.dtype(_NP_TYPES[elem])}")
+                                  f"{carrier.name}")
             if dims is not None and (len(dims) != value.ndim or any(
                     d is not None and d != s for d, s in zip(dims, value.shape, strict=True))):
                 raise Unsupported(f"output {name!r} has shape {list(value.shape)}, ONNX infers "
@@ -414,9 +454,9 @@ class GraphRun:
             return value
         if not isinstance(value, (tf.Tensor, tf.Variable)):
             value = tf.convert_to_tensor(value)
-        if elem and elem in _NP_TYPES and value.dtype != tf.as_dtype(_NP_TYPES[elem]):
+        if carrier is not None and value.dtype != tf.as_dtype(carrier):
             raise Unsupported(f"output {name!r} is {value.dtype.name}, ONNX infers "
-                              f"{np.dtype(_NP_TYPES[elem]).name}")
+                              f"{carrier.name}")
         if dims is not None:
             try:
                 value.set_shape(dims)
@@ -500,12 +540,17 @@ def check_model(model) -> List[Problem]:
             if default is REQUIRED and name not in {a.name for a in node.attribute}:
                 problems.append(Problem(node.op_type, node.name,
                                         f"required attribute {name!r} is missing"))
+        import onnx
         bad_types = []
+        narrow_ok = node.op_type in NARROW_TYPE_OPS
         for name in list(node.input) + list(node.output):
             elem = types.get(name)
-            if elem and elem not in _NP_TYPES:
-                import onnx
+            if elem and elem not in _NP_TYPES and not (narrow_ok and elem in NARROW_TYPES):
                 bad_types.append(f"{name}: {onnx.TensorProto.DataType.Name(elem)}")
+        for a in node.attribute:  # a dtype attribute asking another op for a narrow type
+            if (not narrow_ok and a.name in _DTYPE_ATTRS and a.type == onnx.AttributeProto.INT
+                    and a.i in NARROW_TYPES):
+                bad_types.append(f"{a.name}={onnx.TensorProto.DataType.Name(a.i)}")
         if bad_types:
             problems.append(Problem(node.op_type, node.name,
                                     f"element type(s) not supported ({', '.join(bad_types)})",
@@ -599,7 +644,8 @@ def convert(model, dynamic: Optional[Dict[str, Sequence[Optional[int]]]] = None)
         try:
             from onnx import numpy_helper
             for init in model.graph.initializer:
-                run.values[init.name] = numpy_helper.to_array(init)
+                run.values[init.name] = as_carrier(numpy_helper.to_array(init),
+                                                   init.data_type)
             for node in model.graph.node:
                 current = node
                 run.run_node(node)

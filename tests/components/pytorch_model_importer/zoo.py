@@ -188,9 +188,22 @@ def _resnet():
 
 
 def _mobilenet():
-    from torchvision.models import mobilenet_v3_small
+    return _seeded(TorchvisionNet("mobilenet_v3_small"))
 
-    return _seeded(mobilenet_v3_small(num_classes=10, width_mult=0.5))
+
+class TorchvisionNet(nn.Module):
+    """A torchvision classifier by builder name (``weights=None``, 10 classes, half width
+    where the builder takes one), as a class a state_dict hand-over can name."""
+
+    def __init__(self, name: str = "mobilenet_v3_small"):
+        super().__init__()
+        import torchvision
+
+        extra = {"width_mult": 0.5} if name.startswith("mobilenet") else {}
+        self.net = torchvision.models.get_model(name, weights=None, num_classes=10, **extra)
+
+    def forward(self, image):
+        return self.net(image)
 
 
 def _efficientnet():
@@ -217,7 +230,7 @@ ZOO: Dict[str, ZooModel] = {
         "torchscript"),
     "mobilenet_v3": ZooModel(
         "torchvision MobileNetV3-Small", _mobilenet, ["image:float32:-1,3,32,32"], ["logits"],
-        "torchscript"),
+        "torchscript", f"{HERE}:TorchvisionNet", {"name": "mobilenet_v3_small"}),
     "efficientnet": ZooModel(
         "torchvision EfficientNet (B0 blocks, half width/depth)", _efficientnet,
         ["image:float32:-1,3,32,32"], ["logits"], "onnx"),
@@ -326,17 +339,20 @@ class LazyImports:
         return self._done[name]
 
 
-def hand_over(name: str, folder: str) -> convert.ModelSource:
-    """The model file the research team would give us, written to ``folder``."""
+def hand_over(name: str, folder: str, form: str = "") -> convert.ModelSource:
+    """The model file the research team would give us, written to ``folder``: the zoo
+    entry's own form, or ``form`` (state_dict, torchscript traced in eval + no_grad,
+    onnx)."""
     entry = ZOO[name]
-    model = entry.build()
+    model = entry.build().eval()
     specs = signature.parse_input_specs(entry.inputs)
-    if entry.handover == "state_dict":
+    form = form or entry.handover
+    if form == "state_dict":
         path = os.path.join(folder, f"{name}.pt")
         torch.save(model.state_dict(), path)
         return convert.ModelSource("state_dict", path, entry.module_class, entry.module_kwargs)
     sample = tuple(torch.from_numpy(v) for v in signature.make_inputs(specs, 3).values())
-    if entry.handover == "torchscript":
+    if form == "torchscript":
         path = os.path.join(folder, f"{name}.torchscript")
         with torch.no_grad():
             torch.jit.trace(model, sample).save(path)
