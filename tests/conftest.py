@@ -20,7 +20,10 @@ LONGEST_FIRST = (
     "pipelines/test_training.py",
     "components/pytorch_model_importer/test_zoo.py",
     "components/pytorch_model_importer/test_zoo_attention.py",
+    "components/pytorch_model_importer/test_handover_forms.py",
+    "components/pytorch_model_importer/test_conformance.py",
     "components/pytorch_model_importer/test_component.py",
+    "components/pytorch_model_importer/test_convert.py",
 )
 
 
