@@ -186,7 +186,7 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
         conversion = converters.to_saved_model(to_convert, work, inputs, types, converter,
                                                graph_rewrites)
         rewrites += conversion.rewrites
-        converted = conversion.saved_model_dir
+        converted = conversion.saved_model
         if os.path.exists(serving_dir):
             shutil.rmtree(serving_dir)
         os.makedirs(output_dir, exist_ok=True)

@@ -36,16 +36,32 @@ def _output_order(keys: Sequence[str], output_names: Sequence[str]) -> List[str]
     return numbered
 
 
-def wrap_saved_model(converted_dir: str, out_dir: str, inputs: Sequence[TensorSpec],
+def wrap_saved_model(converted, out_dir: str, inputs: Sequence[TensorSpec],
                      output_names: Sequence[str], schema=None) -> None:
-    """Saves the declared ``serving_default`` and the tf.Example signature."""
+    """Saves the declared ``serving_default`` and the tf.Example signature.
+
+    ``converted`` is a converter's SavedModel folder, or our converter's
+    in-memory result (to_tf.core.Converted: its module and concrete function),
+    which saves a SavedModel write and load per import.
+    """
     import tensorflow as tf
 
     if schema is not None:
         check_inputs_against_schema(inputs, schema)
-    loaded = tf.saved_model.load(converted_dir)
-    fn = loaded.signatures[SERVING_SIGNATURE]
-    converted_inputs = fn.structured_input_signature[1]
+    if isinstance(converted, str):
+        holder = tf.saved_model.load(converted)
+        fn = holder.signatures[SERVING_SIGNATURE]
+        converted_inputs = fn.structured_input_signature[1]
+
+        def call(feed):
+            return fn(**feed)
+    else:
+        holder, fn = converted.module, converted.serve
+        positional = list(fn.structured_input_signature[0])
+        converted_inputs = {s.name: s for s in positional}
+
+        def call(feed):
+            return fn(*[feed[s.name] for s in positional])
     by_name = {}
     for spec in inputs:
         candidates = [spec.name, re.sub(r"[^A-Za-z0-9_]", "_", spec.name)]
@@ -58,7 +74,7 @@ def wrap_saved_model(converted_dir: str, out_dir: str, inputs: Sequence[TensorSp
     order = _output_order(list(fn.structured_outputs), output_names)
 
     module = tf.Module()
-    module.converted = loaded
+    module.converted = holder
     specs = [tf.TensorSpec([None if d < 0 else d for d in s.shape], tf.as_dtype(s.dtype),
                            name=s.name) for s in inputs]
 
@@ -66,7 +82,7 @@ def wrap_saved_model(converted_dir: str, out_dir: str, inputs: Sequence[TensorSp
     def serve(*args):
         feed = {by_name[s.name]: tf.cast(a, converted_inputs[by_name[s.name]].dtype)
                 for s, a in zip(inputs, args, strict=True)}
-        out = fn(**feed)
+        out = call(feed)
         return {name: tf.identity(out[key], name=name)
                 for name, key in zip(output_names, order, strict=True)}
 

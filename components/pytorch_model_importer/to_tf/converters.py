@@ -15,9 +15,8 @@ No TFX imports; TF and onnx are imported lazily.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from tfx_bridge.components.pytorch_model_importer import rewrite
 from tfx_bridge.components.pytorch_model_importer.errors import (
@@ -36,7 +35,9 @@ MAX_PROBLEMS_SHOWN = 8
 
 @dataclasses.dataclass
 class Converted:
-    saved_model_dir: str
+    # A SavedModel folder (onnx2tf), or our converter's in-memory graph (core.Converted),
+    # which wrap.py saves once with the declared signatures.
+    saved_model: Any
     converter: str
     rewrites: List[rewrite.Rewrite]
     # Every converter tried, in order: {"converter", "outcome", "message", "seconds"}.
@@ -57,18 +58,26 @@ def refusal_message(problems, types: Dict[str, str]) -> str:
             + "; ".join(shown) + (f"; and {more} more node(s)" if more > 0 else "") + ".")
 
 
-def faithful(onnx_path: str, out_dir: str, inputs: Sequence[TensorSpec],
-             types: Optional[Dict[str, str]] = None) -> str:
-    """Our converter into ``out_dir``; ConversionError naming every refused node."""
+def faithful_graph(onnx_path: str, inputs: Sequence[TensorSpec],
+                   types: Optional[Dict[str, str]] = None):
+    """Our converter, in memory (core.Converted); ConversionError naming every refused
+    node."""
     from tfx_bridge.components.pytorch_model_importer.to_tf import core
 
     model = core.load_for_conversion(onnx_path)
     dynamic = {s.name: [None if d < 0 else d for d in s.shape] for s in inputs}
     try:
-        converted = core.convert(model, dynamic)
+        return core.convert(model, dynamic)
     except core.ConversionFailed as e:
         raise ConversionError(refusal_message(e.problems, types or {})) from None
-    core.save(converted, out_dir)
+
+
+def faithful(onnx_path: str, out_dir: str, inputs: Sequence[TensorSpec],
+             types: Optional[Dict[str, str]] = None) -> str:
+    """Our converter into the SavedModel folder ``out_dir`` (ONNX input/output names)."""
+    from tfx_bridge.components.pytorch_model_importer.to_tf import core
+
+    core.save(faithful_graph(onnx_path, inputs, types), out_dir)
     return out_dir
 
 
@@ -91,7 +100,7 @@ def to_saved_model(onnx_path: str, workdir: str, inputs: Sequence[TensorSpec],
     if converter in (AUTO, OURS):
         start = time.perf_counter()
         try:
-            out = faithful(onnx_path, os.path.join(workdir, "tfx_bridge_out"), inputs, types)
+            out = faithful_graph(onnx_path, inputs, types)
             attempts.append({"converter": OURS, "outcome": "converted", "message": None,
                              "seconds": round(time.perf_counter() - start, 2)})
             return Converted(out, OURS, [], attempts)
