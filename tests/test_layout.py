@@ -120,6 +120,10 @@ ALLOWED_LOCAL_FILE_CALLS = {
     "components/pytorch_model_importer/convert.py":
         "runs on local staging copies (import_model stages remote sources and outputs)",
     "components/pytorch_model_importer/rewrite.py": "lists onnx2tf's installed converters",
+    "components/pytorch_model_importer/to_tf/onnx2tf.py":
+        "runs on import_model's local work folder (private copies for onnx2tf)",
+    "components/pytorch_model_importer/to_tf/conformance.py":
+        "reads the onnx wheel's own node tests and writes to a local temp folder",
     "components/trt_optimizer/optimize.py":
         "optimize_local runs on local staging copies (optimize stages remote paths)",
     "components/trt_optimizer/tflite.py": "builds in a local temp folder",
