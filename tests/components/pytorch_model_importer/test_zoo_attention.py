@@ -33,7 +33,6 @@ def test_zoo_model_signature_names_kept(zoo_imports, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["transformer_encoder", "transformer_encoder_layer",
-                                  "multihead_attention"])
+@pytest.mark.parametrize("name", ["transformer_encoder", "multihead_attention"])
 def test_zoo_attention_exported_with_fastpath_off_named_in_report(zoo_imports, name):
     zoo.assert_rewrite_named(zoo_imports[name], swaps.MHA_FASTPATH_OFF)
