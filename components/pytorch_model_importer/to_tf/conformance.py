@@ -238,7 +238,6 @@ def _convert_onnx2tf(name: str, out_dir: str) -> dict:
 
     import onnx
     import onnx2tf
-    import tensorflow as tf
 
     case = load_case(name)
     problem = _data_problem(case)
@@ -266,14 +265,9 @@ def _convert_onnx2tf(name: str, out_dir: str) -> dict:
         return {"status": FAIL, "detail": f"onnx2tf exited ({e.code}): {said}"[:500]}
     if model is None:
         return {"status": FAIL, "detail": "onnx2tf returned no model"}
-    module = tf.Module()
-    module.weights = list(model.variables)
-    serve = tf.function(lambda *args: model(args), autograph=False,
-                        input_signature=[tf.TensorSpec(t.shape, t.dtype, t.name)
-                                         for t in model.inputs])
-    module.serve = serve
-    tf.saved_model.save(module, out_dir,
-                        signatures={"serving_default": serve.get_concrete_function()})
+    from tfx_bridge.components.pytorch_model_importer.onnx2tf_runner import save_keras_model
+
+    save_keras_model(model, out_dir)
     n_out = len(graph.output)
     return {"status": CONVERTED, "inputs": [t.name for t in model.inputs],
             "outputs": [f"output_{i}" for i in range(n_out)]}
