@@ -272,22 +272,28 @@ def _add_bias_last(node, y, i: int):
     return y + tf.cast(b, y.dtype)
 
 
-@op("Conv", attrs={"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
-                   "pads": None, "strides": None}, check=_check_auto_pad)
-def conv(node):
-    tf = _tf()
+def _conv_setup(node, what: str):
+    """Conv and ConvTranspose's shared reading: rank, spatial dims, weight shape, kernel,
+    strides, dilations and group, each checked against the weights."""
     _float_input(node)
     rank = node.rank(0)
     nd = rank - 2
     if nd < 1 or nd > 3:
-        node.refuse(f"{nd}-D convolution is not supported", "use 1-D, 2-D or 3-D")
+        node.refuse(f"{nd}-D {what} is not supported", "use 1-D, 2-D or 3-D")
     wshape = node.shape(1)
     kernel = list(node.attr("kernel_shape") or wshape[2:])
     if kernel != list(wshape[2:]):
         node.refuse(f"kernel_shape {kernel} differs from the weights' {wshape[2:]}")
     strides = _attr_list(node, "strides", nd, 1)
     dilations = _attr_list(node, "dilations", nd, 1)
-    group = int(node.attr("group"))
+    return rank, nd, wshape, kernel, strides, dilations, int(node.attr("group"))
+
+
+@op("Conv", attrs={"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
+                   "pads": None, "strides": None}, check=_check_auto_pad)
+def conv(node):
+    tf = _tf()
+    rank, nd, wshape, kernel, strides, dilations, group = _conv_setup(node, "convolution")
     cin = node.shape(0)[1]
     if cin is not None and cin != wshape[1] * group:
         node.refuse(f"input channels {cin} != weights' {wshape[1]} x group {group}")
@@ -336,19 +342,8 @@ def _upsample_zeros(x, axis: int, stride: int):
                             "pads": None, "strides": None}, check=_check_auto_pad)
 def conv_transpose(node):
     tf = _tf()
-    _float_input(node)
-    rank = node.rank(0)
-    nd = rank - 2
-    if nd < 1 or nd > 3:
-        node.refuse(f"{nd}-D ConvTranspose is not supported", "use 1-D, 2-D or 3-D")
-    wshape = node.shape(1)
-    kernel = list(node.attr("kernel_shape") or wshape[2:])
-    if kernel != list(wshape[2:]):
-        node.refuse(f"kernel_shape {kernel} differs from the weights' {wshape[2:]}")
-    strides = _attr_list(node, "strides", nd, 1)
-    dilations = _attr_list(node, "dilations", nd, 1)
+    rank, nd, wshape, kernel, strides, dilations, group = _conv_setup(node, "ConvTranspose")
     out_pad = list(node.attr("output_padding") or [0] * nd)
-    group = int(node.attr("group"))
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
     auto_pad = node.attr("auto_pad")
     output_shape = node.attr("output_shape")
