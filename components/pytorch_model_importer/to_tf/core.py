@@ -635,6 +635,10 @@ def convert(model, dynamic: Optional[Dict[str, Sequence[Optional[int]]]] = None)
     specs = _input_specs(model, dynamic)
     outputs = [o.name for o in model.graph.output]
     failure: List[Problem] = []
+    from onnx import numpy_helper
+    # Decoded once: tf.function traces the body twice when it creates variables.
+    initializers = {init.name: as_carrier(numpy_helper.to_array(init), init.data_type)
+                    for init in model.graph.initializer}
 
     def body(*args):
         run = GraphRun(converter)
@@ -642,10 +646,7 @@ def convert(model, dynamic: Optional[Dict[str, Sequence[Optional[int]]]] = None)
             run.values[name] = arg
         current = None
         try:
-            from onnx import numpy_helper
-            for init in model.graph.initializer:
-                run.values[init.name] = as_carrier(numpy_helper.to_array(init),
-                                                   init.data_type)
+            run.values.update(initializers)
             for node in model.graph.node:
                 current = node
                 run.run_node(node)
