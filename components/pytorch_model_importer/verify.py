@@ -63,13 +63,17 @@ def run_torch(module, feeds: Dict[str, np.ndarray], inputs: Sequence[TensorSpec]
     return [o.detach().cpu().numpy() for o in _flatten_outputs(out)]
 
 
-def run_ort(onnx_path: str, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
+def ort_session(onnx_path: str):
     try:
         import onnxruntime as ort
     except ImportError as e:
         raise missing_extra("onnxruntime", e) from e
-    session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
+    return ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+
+
+def run_ort(onnx_path: str, feeds: Dict[str, np.ndarray], session=None) -> List[np.ndarray]:
+    """onnxruntime on ``feeds``; ``session`` (from :func:`ort_session`) reused when given."""
+    return (session or ort_session(onnx_path)).run(None, feeds)
 
 
 def _failed(batch: int, names: Sequence[str], reference: str, dtypes: Sequence[str],
@@ -129,9 +133,16 @@ def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],
     via_batch = batch_sizes[min(1, len(batch_sizes) - 1)] if batch_sizes else None
     served = serve_fresh(saved_model_dir, feeds_by_batch, inputs, output_names, via_batch)
     checks: List[OutputCheck] = []
+    sessions = []  # one onnxruntime session for every batch, made on first use
+
+    def ort_run(feeds):
+        if not sessions:
+            sessions.append(ort_session(onnx_path))
+        return run_ort(onnx_path, feeds, sessions[0])
+
     for batch, feeds in feeds_by_batch.items():
         refs = []
-        runners = [("onnxruntime", lambda f=feeds: run_ort(onnx_path, f))]
+        runners = [("onnxruntime", lambda f=feeds: ort_run(f))]
         if torch_module is not None:
             runners.insert(0, ("torch", lambda f=feeds: run_torch(torch_module, f, inputs)))
         for ref_name, run in runners:
