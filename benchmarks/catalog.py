@@ -43,6 +43,8 @@ MAX_PARAMS = 100_000_000
 SEQ_LEN = 8
 TINY_VOCAB = 99
 SEED = 0
+# How BatchNorm statistics of the torchvision models are set (recorded in each row).
+CALIBRATION = "bn-train-only 2x16"
 
 
 class NotBuilt(Exception):
@@ -118,24 +120,37 @@ class TorchvisionModel(nn.Module):
 
 
 def count_params_meta(name: str) -> int:
-    """Parameters of a torchvision architecture, built on the meta device (no memory)."""
-    with torch.device("meta"):
+    """Parameters of a torchvision architecture, built on the meta device (no memory);
+    builders that read tensor values while they build (RegNet's width rounding) are
+    built for real."""
+    try:
+        with torch.device("meta"):
+            model = _torchvision_builder(name)()
+    except (NotImplementedError, RuntimeError):  # "Cannot copy out of meta tensor"
         model = _torchvision_builder(name)()
     return sum(p.numel() for p in model.parameters())
 
 
 def calibrate_batchnorm(module: nn.Module, make_batch: Callable[[], tuple], steps: int = 2
                         ) -> None:
-    """BatchNorm running statistics from train-mode forwards on random inputs (cumulative
-    average), so a randomly initialised deep net keeps a trained net's activation scale."""
+    """BatchNorm running statistics from forwards on random inputs (cumulative average),
+    so a randomly initialised deep net keeps a trained net's activation scale.
+
+    Only the BatchNorm layers run in train mode; the rest stays in eval: the
+    statistics are those of the eval-mode net (stochastic depth and dropout
+    off, as in EfficientNet: calibrated with them on, the eval net's
+    activations blow up), and train-only heads (Inception's auxiliary
+    classifier) never run.
+    """
     bns = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if not bns:
         return
     saved = [m.momentum for m in bns]
+    module.eval()
     for m in bns:
         m.reset_running_stats()
         m.momentum = None
-    module.train()
+        m.train()
     with torch.no_grad():
         for _ in range(steps):
             module(*make_batch())
@@ -164,7 +179,7 @@ def build_torchvision(name: str, size: Optional[int] = None) -> Built:
     if size is None:
         size = smallest_size(module)
     gen = torch.Generator().manual_seed(SEED + 1)
-    calibrate_batchnorm(module, lambda: (torch.rand(4, 3, size, size, generator=gen) * 2 - 1,))
+    calibrate_batchnorm(module, lambda: (torch.rand(16, 3, size, size, generator=gen) * 2 - 1,))
     out = "out" if module.segmentation else "logits"
     return Built(module, [f"image:float32:-1,3,{size},{size}"], [out], "catalog:TorchvisionModel",
                  {"name": name}, f"3x{size}x{size}", params)

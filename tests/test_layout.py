@@ -117,6 +117,8 @@ ALLOWED_LOCAL_FILE_CALLS = {
     "tfx_bridge/folders.py": "symlink checks of local folders (object stores have none)",
     "tfx_bridge/cli.py": "the library log: a file descriptor needs a local file",
     "tfx_bridge/staging.py": "its doctest, on a temp folder",
+    "tfx_bridge/child.py": "a warm child's stdout/stderr files in a temp folder; /proc for its RSS",
+    "tfx_bridge/child_worker.py": "the stdout/stderr files its caller made for one run",
     "components/pytorch_model_importer/convert.py":
         "runs on local staging copies (import_model stages remote sources and outputs)",
     "components/pytorch_model_importer/rewrite.py": "lists onnx2tf's installed converters",

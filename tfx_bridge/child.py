@@ -5,6 +5,23 @@ a crash there is reported, never inherited. No TFX imports.
 The child prints one line ``<marker><json>`` on stdout; everything else it
 prints is ignored, and the last stderr line is kept for error messages.
 
+``warm=True`` (for ``-m module`` children: the importer's equivalence check,
+the pusher's load check, the TensorRT probe, the TFLite converter) runs the
+module in a warm worker (``child_worker.py``): a separate process
+that has imported TensorFlow once and runs one module at a time with
+``runpy``, as ``python -m`` would, with the same argv, environment, stdout
+and stderr handling. Importing TensorFlow costs about 10 s of CPU per process;
+a pipeline run verifies, probes, converts and inspects, each in a child,
+so without it every run pays that four times over. The worker is still a different
+process from the caller: a crash, an abort or a hang kills the worker, not
+the caller (reported as for a fresh child: exit status, stderr tail,
+``subprocess.TimeoutExpired``), and the next call starts a new one. It never
+builds what it checks; like TF Serving, it loads many SavedModels over its
+life. Workers are kept per environment (``env``, e.g. oneDNN off, is set
+before TensorFlow is imported), recycled after :data:`WORKER_MAX_USES` runs or
+:data:`WORKER_MAX_RSS` of memory, and leave when idle for
+:data:`WORKER_IDLE_S` or when the caller's process exits.
+
 Example:
   >>> from tfx_bridge import child
   >>> child.run_python(["-c", "print('OUT ' + '[1, 2]')"], "OUT ", timeout=60).payload
@@ -12,12 +29,27 @@ Example:
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
+import selectors
 import subprocess
 import sys
-from typing import Any, Optional, Sequence
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+WORKER_MODULE = "tfx_bridge.child_worker"
+WORKER_DONE = "TFX_BRIDGE_WORKER_DONE "
+WORKER_MAX_USES = 40
+WORKER_MAX_RSS = 4 << 30  # bytes: a worker that grew past this is not reused
+WORKER_IDLE_S = 300  # the worker leaves after this long without a request
+_REUSE_IDLE_S = WORKER_IDLE_S - 60  # the caller reuses it only well before that
+# The environment of warm children that may see a GPU: a worker outlives one run, so it
+# takes GPU memory as it needs it instead of all of it up front.
+WARM_ENV = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
 
 
 @dataclasses.dataclass
@@ -27,15 +59,167 @@ class ChildResult:
     stderr_tail: str  # the last stderr line, or "no output"
 
 
-def run_python(args: Sequence[str], marker: str, timeout: float) -> ChildResult:
-    """Runs ``python <args>`` with TF's C++ logging quieted (only the last stderr line
-    is kept, and it should be the error). Raises subprocess.TimeoutExpired."""
+def _env(overrides: Optional[Mapping[str, str]]) -> Dict[str, str]:
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    env.update(overrides or {})
+    return env
+
+
+def _result(returncode: int, stdout: str, stderr: str, marker: str) -> ChildResult:
+    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(marker)), None)
+    return ChildResult(returncode, None if line is None else json.loads(line[len(marker):]),
+                       (stderr.strip().splitlines() or ["no output"])[-1])
+
+
+def run_python(args: Sequence[str], marker: str, timeout: float,
+               env: Optional[Mapping[str, str]] = None, warm: bool = False) -> ChildResult:
+    """Runs ``python <args>`` with TF's C++ logging quieted (only the last stderr line
+    is kept, and it should be the error), ``env`` added to the environment.
+    ``warm`` (``args`` = ``["-m", module, ...]``): in a warm worker, see the module
+    docstring. Raises subprocess.TimeoutExpired."""
+    if warm:
+        if len(args) < 2 or args[0] != "-m":
+            raise ValueError(f"a warm child runs a module (-m NAME ...), got {list(args)[:2]}")
+        return _POOL.run(args[1], list(args[2:]), marker, timeout, _env(env))
     proc = subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(marker)),
-                None)
-    return ChildResult(proc.returncode,
-                       None if line is None else json.loads(line[len(marker):]),
-                       (proc.stderr.strip().splitlines() or ["no output"])[-1])
+                          timeout=timeout, env=_env(env))
+    return _result(proc.returncode, proc.stdout, proc.stderr, marker)
+
+
+class _Worker:
+    """One warm worker process and the files its current run writes to."""
+
+    def __init__(self, env: Dict[str, str]):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", WORKER_MODULE], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
+        self.uses = 0
+        self.last_used = time.monotonic()
+
+    def reusable(self) -> bool:
+        if self.proc.poll() is not None or self.uses >= WORKER_MAX_USES:
+            return False
+        if time.monotonic() - self.last_used > _REUSE_IDLE_S:
+            return False
+        rss = _rss_bytes(self.proc.pid)
+        return rss is None or rss < WORKER_MAX_RSS
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    def run(self, module: str, argv: List[str], marker: str, timeout: float
+            ) -> Tuple[ChildResult, bool]:
+        """(result, worker still usable)."""
+        self.uses += 1
+        with tempfile.TemporaryDirectory(prefix="tfx-bridge-child-") as tmp:
+            out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+            request = {"module": module, "argv": argv, "stdout": out, "stderr": err}
+            code: Optional[int] = None
+            try:
+                self.proc.stdin.write(json.dumps(request) + "\n")
+                self.proc.stdin.flush()
+                code = self._await_done(timeout)
+            except BrokenPipeError:
+                pass
+            except subprocess.TimeoutExpired:
+                self.stop()
+                raise subprocess.TimeoutExpired([sys.executable, "-m", module, *argv],
+                                                timeout) from None
+            alive = code is not None
+            if not alive:  # it died during the run: its exit status, as a fresh child's
+                self.stop()
+                code = self.proc.returncode
+            self.last_used = time.monotonic()
+            return _result(code, _read(out), _read(err), marker), alive
+
+    def _await_done(self, timeout: float) -> Optional[int]:
+        """The run's exit status; None when the worker died first."""
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(WORKER_MODULE, timeout)
+                if not sel.select(left):
+                    continue
+                line = self.proc.stdout.readline()
+                if not line:
+                    return None
+                if line.startswith(WORKER_DONE):
+                    return int(line[len(WORKER_DONE):])
+
+
+class _Pool:
+    """Idle warm workers per environment, for this process only (a forked child that
+    inherits the pool starts its own)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle: Dict[Tuple[Tuple[str, str], ...], List[_Worker]] = {}
+        self._pid = os.getpid()
+
+    def run(self, module: str, argv: List[str], marker: str, timeout: float,
+            env: Dict[str, str]) -> ChildResult:
+        key = tuple(sorted(env.items()))
+        worker = self._take(key)
+        result, alive = worker.run(module, argv, marker, timeout)
+        if alive and worker.reusable():
+            with self._lock:
+                self._idle.setdefault(key, []).append(worker)
+        else:
+            worker.stop()
+        return result
+
+    def _take(self, key) -> _Worker:
+        with self._lock:
+            if self._pid != os.getpid():  # inherited through fork: not ours to talk to
+                self._idle, self._pid = {}, os.getpid()
+            idle = self._idle.get(key, [])
+            while idle:
+                worker = idle.pop()
+                if worker.reusable():
+                    return worker
+                worker.stop()
+        return _Worker(dict(key))
+
+    def close(self) -> None:
+        with self._lock:
+            workers = [w for ws in self._idle.values() for w in ws]
+            self._idle = {}
+            if self._pid != os.getpid():
+                return
+        for worker in workers:
+            worker.stop()
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _rss_bytes(pid: int) -> Optional[int]:
+    """Resident memory of a process (Linux /proc), None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+_POOL = _Pool()
+atexit.register(_POOL.close)

@@ -1,12 +1,14 @@
 """Import stage 5: proof of equivalence.
 
-The SavedModel is loaded in a fresh process with oneDNN off
-(``verify_child.py``, ``TF_ENABLE_ONEDNN_OPTS=0``): stock TF Serving CPU
-builds run TF's own kernels, where an NCHW Conv2D fails, so a graph that works
-only with oneDNN is not equivalent. It runs on the same inputs as torch (for
-torch sources) and onnxruntime at batch sizes 1, 7 and 32; per output max abs /
-rel error; integer outputs must match exactly. The tf.Example signature is
-checked against ``serving_default`` too. No TFX imports.
+The SavedModel is loaded in a separate process that never built it, with
+oneDNN off and no GPU (``verify_child.py``, :data:`CHILD_ENV`): stock TF
+Serving CPU builds run TF's own kernels, where an NCHW Conv2D fails, so a graph
+that works only with oneDNN is not equivalent. The process is a warm worker
+(``tfx_bridge.child``, TensorFlow imported once and reused across imports, as
+TF Serving loads many models); a crash or hang there is a failed check. It
+runs on the same inputs as torch (for torch sources) and onnxruntime at batch
+sizes 1, 7 and 32; per output max abs / rel error; integer outputs must match
+exactly. The tf.Example signature is checked against ``serving_default`` too. No TFX imports.
 """
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ VIA_EXAMPLES = SERVING_SIGNATURE + " via tf.Example"
 VERIFY_TIMEOUT_S = 900
 CHILD_MODULE = "tfx_bridge.components.pytorch_model_importer.verify_child"
 CHILD_MARKER = "TFX_BRIDGE_VERIFY "
+# TF's own CPU kernels, as stock TF Serving CPU builds run them: oneDNN off and no GPU
+# (set before the child imports TensorFlow).
+CHILD_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "CUDA_VISIBLE_DEVICES": ""}
 
 
 @dataclasses.dataclass
@@ -86,8 +91,9 @@ def _failed(batch: int, names: Sequence[str], reference: str, dtypes: Sequence[s
 def serve_fresh(saved_model_dir: str, feeds_by_batch: Dict[int, Dict[str, np.ndarray]],
                 inputs: Sequence[TensorSpec], output_names: Sequence[str],
                 via_batch: Optional[int]) -> Dict[str, object]:
-    """``serving_default`` (and, at ``via_batch``, ``serving_tf_example``) run in a fresh
-    process with oneDNN off. Returns ``{str(batch) | "via": [outputs] | error text}``."""
+    """``serving_default`` (and, at ``via_batch``, ``serving_tf_example``) run in a separate
+    process with oneDNN off (a warm worker, see the module docstring).
+    Returns ``{str(batch) | "via": [outputs] | error text}``."""
     with tempfile.TemporaryDirectory(prefix="tfx-bridge-verify-") as work:
         request = os.path.join(work, "request.npz")
         answer = os.path.join(work, "answer.npz")
@@ -98,7 +104,8 @@ def serve_fresh(saved_model_dir: str, feeds_by_batch: Dict[int, Dict[str, np.nda
                            "via_batch": via_batch})
         try:
             result = child.run_python(["-m", CHILD_MODULE, saved_model_dir, request, answer,
-                                       spec], CHILD_MARKER, timeout=VERIFY_TIMEOUT_S)
+                                       spec], CHILD_MARKER, timeout=VERIFY_TIMEOUT_S,
+                                      env=CHILD_ENV, warm=True)
         except Exception as e:  # noqa: BLE001  (a timeout is a failed check, not a crash)
             return {key: f"the fresh-process check did not finish: {short_message(e)}"
                     for key in [*map(str, feeds_by_batch), "via"]}

@@ -1,5 +1,9 @@
-"""tfx_bridge.child: the marker line, a child's crash, its stderr tail."""
+"""tfx_bridge.child: the marker line, a child's crash, its stderr tail; warm workers."""
 from __future__ import annotations
+
+import subprocess
+
+import pytest
 
 from tfx_bridge import child
 
@@ -17,3 +21,82 @@ def test_run_python_aborted_child_reported_with_stderr_tail():
         "OUT ", timeout=60)
     assert result.returncode != 0 and result.payload is None
     assert result.stderr_tail == "died here"
+
+
+def _module(tmp_path, body: str) -> dict:
+    """A module ``probe`` in tmp_path and the env a warm worker needs to import it."""
+    (tmp_path / "probe.py").write_text(body)
+    return {"PYTHONPATH": str(tmp_path), "TFX_BRIDGE_WORKER_PRELOAD": ""}
+
+
+_PROBE = """import os, sys
+if sys.argv[1:2] == ["abort"]:
+    print("dying", file=sys.stderr, flush=True)
+    os.abort()
+if sys.argv[1:2] == ["hang"]:
+    import time
+    time.sleep(60)
+if sys.argv[1:2] == ["raise"]:
+    raise ValueError("bad spec " + sys.argv[2])
+if sys.argv[1:2] == ["exit"]:
+    os.write(1, b"fd-level noise\\n")
+    sys.exit(int(sys.argv[2]))
+os.environ["LEAK"] = "1"
+print("OUT " + __import__("json").dumps({"pid": os.getpid(), "argv": sys.argv[1:],
+      "name": __name__, "leak": os.environ.get("LEAK_SEEN"), "x": os.environ.get("X")}))
+os.environ["LEAK_SEEN"] = "yes"
+"""
+
+
+def test_run_python_warm_reuses_one_worker_as_python_m_would(tmp_path):
+    env = _module(tmp_path, _PROBE)
+    first = child.run_python(["-m", "probe", "a"], "OUT ", timeout=60, env=env, warm=True)
+    second = child.run_python(["-m", "probe", "b"], "OUT ", timeout=60, env=env, warm=True)
+    assert first.returncode == 0 and first.payload["argv"] == ["a"]
+    assert first.payload["name"] == "__main__" and first.stderr_tail == "no output"
+    assert second.payload["argv"] == ["b"] and second.payload["pid"] == first.payload["pid"]
+    assert second.payload["leak"] is None  # the environment is restored after each run
+
+
+def test_run_python_warm_env_differs_separate_worker(tmp_path):
+    env = _module(tmp_path, _PROBE)
+    plain = child.run_python(["-m", "probe"], "OUT ", timeout=60, env=env, warm=True)
+    other = child.run_python(["-m", "probe"], "OUT ", timeout=60, env={**env, "X": "0"},
+                             warm=True)
+    assert other.payload["x"] == "0" and plain.payload["x"] is None
+    assert other.payload["pid"] != plain.payload["pid"]
+
+
+def test_run_python_warm_abort_reported_next_run_gets_new_worker(tmp_path):
+    env = _module(tmp_path, _PROBE)
+    before = child.run_python(["-m", "probe"], "OUT ", timeout=60, env=env, warm=True)
+    died = child.run_python(["-m", "probe", "abort"], "OUT ", timeout=60, env=env, warm=True)
+    assert died.returncode != 0 and died.payload is None and died.stderr_tail == "dying"
+    after = child.run_python(["-m", "probe"], "OUT ", timeout=60, env=env, warm=True)
+    assert after.returncode == 0 and after.payload["pid"] != before.payload["pid"]
+
+
+def test_run_python_warm_exit_status_and_exception_as_fresh_child(tmp_path):
+    env = _module(tmp_path, _PROBE)
+    exited = child.run_python(["-m", "probe", "exit", "4"], "OUT ", timeout=60, env=env,
+                              warm=True)
+    assert exited.returncode == 4 and exited.payload is None
+    raised = child.run_python(["-m", "probe", "raise", "x.json"], "OUT ", timeout=60, env=env,
+                              warm=True)
+    assert raised.returncode == 1 and raised.stderr_tail == "ValueError: bad spec x.json"
+    fresh = child.run_python(["-m", "probe", "raise", "x.json"], "OUT ", timeout=60,
+                             env=env)
+    assert (fresh.returncode, fresh.stderr_tail) == (raised.returncode, raised.stderr_tail)
+
+
+def test_run_python_warm_hang_times_out_and_worker_replaced(tmp_path):
+    env = _module(tmp_path, _PROBE)
+    with pytest.raises(subprocess.TimeoutExpired, match="probe"):
+        child.run_python(["-m", "probe", "hang"], "OUT ", timeout=2, env=env, warm=True)
+    after = child.run_python(["-m", "probe", "ok"], "OUT ", timeout=60, env=env, warm=True)
+    assert after.returncode == 0 and after.payload["argv"] == ["ok"]
+
+
+def test_run_python_warm_without_module_refused():
+    with pytest.raises(ValueError, match="runs a module"):
+        child.run_python(["-c", "pass"], "OUT ", timeout=5, warm=True)

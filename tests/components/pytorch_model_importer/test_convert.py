@@ -228,3 +228,27 @@ def test_verify_onnxruntime_unavailable_torch_decides(imported, tmp_path):
     assert all(c.ok for c in checks if c.reference == "torch")
     alone = convert.verify(serving_dir, missing, specs, outputs, None, batch_sizes=(1,))
     assert not any(c.ok for c in alone if c.reference == "onnxruntime")
+
+
+def test_verify_nchw_only_graph_fails_in_serving_process(tmp_path):
+    """The check runs on TF's own CPU kernels (oneDNN off), even in a warm worker that
+    verified other models before: an NCHW Conv2D (on CPU, only oneDNN runs it) fails there."""
+    class Nchw(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.kernel = tf.Variable(tf.ones([3, 3, 2, 4]))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 2, 8, 8], tf.float32, "image")])
+        def serve(self, image):
+            return {"y": tf.nn.conv2d(image, self.kernel, 1, "SAME", data_format="NCHW")}
+
+    folder = str(tmp_path / "nchw")
+    module = Nchw()
+    tf.saved_model.save(module, folder, signatures={"serving_default": module.serve})
+    specs = signature.parse_input_specs(["image:float32:-1,2,8,8"])
+    feeds = {1: signature.make_inputs(specs, 1)}
+    from tfx_bridge.components.pytorch_model_importer import verify
+
+    for _ in range(2):  # the second run reuses the warm worker
+        served = verify.serve_fresh(folder, feeds, specs, ["y"], via_batch=None)
+        assert isinstance(served["1"], str) and "NHWC" in served["1"], served["1"]

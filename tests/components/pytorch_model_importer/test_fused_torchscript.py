@@ -374,3 +374,41 @@ def test_export_index_add_with_repeated_indices_sums_like_torch(tmp_path):
         with torch.no_grad():
             np.testing.assert_allclose(got, _IndexAdd()(torch.from_numpy(x)).numpy(),
                                        atol=1e-6)
+
+
+class _Adaptive(nn.Module):
+    """Adaptive average pools to sizes that do not divide the input (torch's own
+    symbolic refuses them), on 1-D, 2-D and 3-D inputs."""
+
+    def __init__(self, dims: int, out):
+        super().__init__()
+        self.pool = {1: nn.AdaptiveAvgPool1d, 2: nn.AdaptiveAvgPool2d,
+                     3: nn.AdaptiveAvgPool3d}[dims](out)
+
+    def forward(self, x):
+        return self.pool(x) * 2.0
+
+
+@pytest.mark.parametrize("dims,shape,out", [
+    (1, (3, 8), 5), (2, (3, 4, 4), (6, 6)), (2, (2, 7, 5), (3, 2)), (2, (2, 6, 6), (3, 2)),
+    (3, (2, 5, 7, 6), (2, 3, 4)), (2, (2, 5, 5), (1, 1))])
+def test_adaptive_avg_pool_any_output_size_exported_exact(tmp_path, dims, shape, out):
+    model = _Adaptive(dims, out).eval()
+    args = (torch.randn(2, *shape),)
+    path = tmp_path / "pool.onnx"
+    exported = _export(model, args, path, ["x"])
+    _check_graph(exported)
+    _compare(model, path, lambda b: (torch.randn(b, *shape),), ["x"])
+    divides = all(s % o == 0 for s, o in zip(shape[1:], np.broadcast_to(out, (dims,)),
+                                             strict=True))
+    kinds = {n.op_type for n in exported.graph.node}
+    assert ("MatMul" in kinds) == (not divides)  # torch's own form where it has one
+    assert [r.kind for r in fused.exporter_fixes()] == (
+        [] if divides else [fused.ADAPTIVE_POOL_MATMUL])
+
+
+def test_adaptive_avg_pool_dynamic_spatial_size_refused_naming_fix(tmp_path):
+    model = _Adaptive(2, (3, 3)).eval()
+    with pytest.raises(torch.onnx.errors.SymbolicValueError, match="fixed input size"):
+        _export(model, (torch.randn(2, 3, 7, 7),), tmp_path / "p.onnx", ["x"],
+                dynamic={"x": {0: "batch", 2: "h", 3: "w"}})

@@ -11,7 +11,7 @@ ANSWER = {"tensorrt": False, "gpus": 0, "linked": "8.6.1", "loaded": None,
 def _counting_child(monkeypatch, results):
     calls = []
 
-    def run_python(args, marker, timeout):
+    def run_python(args, marker, timeout, env=None, warm=False):
         calls.append(args)
         return results[min(len(calls), len(results)) - 1]
 
