@@ -78,7 +78,9 @@ def wrap_saved_model(converted, out_dir: str, inputs: Sequence[TensorSpec],
     specs = [tf.TensorSpec([None if d < 0 else d for d in s.shape], tf.as_dtype(s.dtype),
                            name=s.name) for s in inputs]
 
-    @tf.function(input_signature=specs)
+    # autograph=False: plain TF ops, no tensor-dependent Python control flow; autograph's
+    # source transform would only add a second or so per import.
+    @tf.function(input_signature=specs, autograph=False)
     def serve(*args):
         feed = {by_name[s.name]: tf.cast(a, converted_inputs[by_name[s.name]].dtype)
                 for s, a in zip(inputs, args, strict=True)}
@@ -86,7 +88,8 @@ def wrap_saved_model(converted, out_dir: str, inputs: Sequence[TensorSpec],
         return {name: tf.identity(out[key], name=name)
                 for name, key in zip(output_names, order, strict=True)}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLE_INPUT)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLE_INPUT)],
+                 autograph=False)
     def serve_examples(serialized):
         parsed = examples.parse_examples(serialized, inputs, ImporterConfigError)
         return serve(*[parsed[s.name] for s in inputs])

@@ -311,15 +311,19 @@ def build_cpu_candidate(name: str, loaded, out_dir: str) -> List[str]:
         return model(loaded.transform_raw(feeds) if wrapped else feeds)
 
     jit = name in ("xla-cpu", "xla-frozen")
-    serve = tf.function(plain, input_signature=input_signature, jit_compile=jit and not wrapped)
+    # autograph=False throughout: the wrappers call loaded functions, no Python control
+    # flow on tensors to convert.
+    serve = tf.function(plain, input_signature=input_signature, jit_compile=jit and not wrapped,
+                        autograph=False)
     if jit and wrapped:  # XLA compiles the model half; string ops and tables stay outside
-        compiled = tf.function(model, jit_compile=True)
+        compiled = tf.function(model, jit_compile=True, autograph=False)
         serve = tf.function(lambda *args: compiled(loaded.transform_raw(
-            dict(zip(names, args, strict=True)))), input_signature=input_signature)
+            dict(zip(names, args, strict=True)))), input_signature=input_signature,
+            autograph=False)
     signatures = {SERVING_SIGNATURE: serve.get_concrete_function()}
     flags = []
     if jit:
-        noxla = tf.function(plain, input_signature=input_signature)
+        noxla = tf.function(plain, input_signature=input_signature, autograph=False)
         signatures[NOXLA_SIGNATURE] = noxla.get_concrete_function()
         module.noxla = noxla
         flags.append(XLA_FLAG)
@@ -334,7 +338,7 @@ def build_cpu_candidate(name: str, loaded, out_dir: str) -> List[str]:
             def call_examples(*args):
                 return example_fn(**dict(zip(ex_names, args, strict=True)))
         examples = tf.function(
-            call_examples,
+            call_examples, autograph=False,
             input_signature=[tf.TensorSpec(ex_specs[n].shape, ex_specs[n].dtype, name=n)
                              for n in ex_names])
         signatures[EXAMPLE_SIGNATURE] = examples.get_concrete_function()

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -99,19 +97,20 @@ def test_component_build_checks_refuse_bad_config():
 
 
 @pytest.mark.slow
-def test_cli_import_model_over_tolerance_exit_1(tmp_path):
+def test_cli_import_model_over_tolerance_exit_1(tmp_path, capfd):
+    from tfx_bridge import cli
+
     path = str(tmp_path / "mlp.torchscript")
     torch.jit.script(demo_models.build("mlp")).save(path)
-    exe = os.path.join(os.path.dirname(sys.executable), "tfx-bridge")
-    proc = subprocess.run([exe, "import-model", "--torchscript", path, "--input",
-                           "x:float32:-1,8", "--output-name", "logits", "--output",
-                           str(tmp_path / "out"), "--atol", "0", "--json"],
-                          capture_output=True, text=True, timeout=600)
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    code = cli.main(["import-model", "--torchscript", path, "--input", "x:float32:-1,8",
+                     "--output-name", "logits", "--output", str(tmp_path / "out"), "--atol",
+                     "0", "--json"])
+    out, err = capfd.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
     if summary["max_abs_error"] == 0.0:
         pytest.fail("conversion was bit-exact; atol=0 cannot show the gate")
-    assert proc.returncode == 1 and summary["blessed"] is False
-    assert "Traceback" not in proc.stderr
-    assert "| **NO** |" in proc.stdout
+    assert code == 1 and summary["blessed"] is False
+    assert "Traceback" not in err
+    assert "| **NO** |" in out
     assert os.path.exists(tmp_path / "out" / "Format-Serving" / "saved_model.pb")
     assert json.load(open(tmp_path / "out" / "report.json"))["blessed"] is False
