@@ -19,7 +19,8 @@ the caller (reported as for a fresh child: exit status, stderr tail,
 builds what it checks; like TF Serving, it loads many SavedModels over its
 life. Workers are kept per environment (``env``, e.g. oneDNN off, is set
 before TensorFlow is imported), recycled after :data:`WORKER_MAX_USES` runs or
-:data:`WORKER_MAX_RSS` of memory, and leave when idle for
+:data:`WORKER_MAX_RSS` of memory, at most :data:`WORKER_MAX_IDLE` kept idle (the
+least recently used go first), and leave when idle for
 :data:`WORKER_IDLE_S` or when the caller's process exits.
 
 Example:
@@ -46,6 +47,7 @@ WORKER_DONE = "TFX_BRIDGE_WORKER_DONE "
 WORKER_MAX_USES = 40
 WORKER_MAX_RSS = 4 << 30  # bytes: a worker that grew past this is not reused
 WORKER_IDLE_S = 300  # the worker leaves after this long without a request
+WORKER_MAX_IDLE = 2  # idle workers kept per process (each holds a TensorFlow runtime)
 _REUSE_IDLE_S = WORKER_IDLE_S - 60  # the caller reuses it only well before that
 # The environment of warm children that may see a GPU: a worker outlives one run, so it
 # takes GPU memory as it needs it instead of all of it up front.
@@ -172,11 +174,19 @@ class _Pool:
         key = tuple(sorted(env.items()))
         worker = self._take(key)
         result, alive = worker.run(module, argv, marker, timeout)
+        surplus: List[_Worker] = []
         if alive and worker.reusable():
             with self._lock:
                 self._idle.setdefault(key, []).append(worker)
+                idle = sorted((w for ws in self._idle.values() for w in ws),
+                              key=lambda w: w.last_used)
+                surplus = idle[:max(0, len(idle) - WORKER_MAX_IDLE)]
+                for ws in self._idle.values():
+                    ws[:] = [w for w in ws if w not in surplus]
         else:
-            worker.stop()
+            surplus = [worker]
+        for w in surplus:
+            w.stop()
         return result
 
     def _take(self, key) -> _Worker:

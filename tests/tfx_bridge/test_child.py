@@ -100,3 +100,12 @@ def test_run_python_warm_hang_times_out_and_worker_replaced(tmp_path):
 def test_run_python_warm_without_module_refused():
     with pytest.raises(ValueError, match="runs a module"):
         child.run_python(["-c", "pass"], "OUT ", timeout=5, warm=True)
+
+
+def test_run_python_warm_idle_workers_capped_least_recent_stopped(tmp_path, monkeypatch):
+    env = _module(tmp_path, _PROBE)
+    monkeypatch.setattr(child, "WORKER_MAX_IDLE", 1)
+    first = child.run_python(["-m", "probe"], "OUT ", timeout=60, env=env, warm=True)
+    child.run_python(["-m", "probe"], "OUT ", timeout=60, env={**env, "X": "1"}, warm=True)
+    again = child.run_python(["-m", "probe"], "OUT ", timeout=60, env=env, warm=True)
+    assert again.payload["pid"] != first.payload["pid"]  # the first worker was let go
