@@ -2,7 +2,8 @@
 declared signature. No TFX imports; torch and onnx are imported lazily."""
 from __future__ import annotations
 
-from typing import List, Sequence
+import re
+from typing import List, Optional, Sequence
 
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ImporterConfigError,
@@ -98,10 +99,51 @@ def _export_failure(error: Exception, inputs: Sequence[TensorSpec]) -> str:
         return (f"torch.onnx.export cannot export this compiled nn.EmbeddingBag ({first[:200]})."
                 " Hand over the state_dict with --module-class: the importer then exports "
                 "fixed-width bags as gather + reduce (padding_idx included).")
+    op = _symbolic_failure(text)
+    if op is not None:
+        return (f"torch.onnx.export refused the model: {op}. Write that line with ops the "
+                "exporter supports (e.g. cast integer masks to bool before |, & or ~), or "
+                "export the model to ONNX yourself and hand over the file.")
     return (f"torch.onnx.export failed: {type(error).__name__}: {first[:500]}. Check the "
             f"declared inputs ({', '.join(s.to_text() for s in inputs)}) match forward()'s "
             "arguments in order, and write data-dependent control flow densely (e.g. top-k "
             "gates as topk + gather).")
+
+
+_SCOPE = re.compile(r"scope: (\S+)")
+_DEFINED = re.compile(r"\(node defined in (.+?)\((\d+)\): (\w+)")
+_GENERIC_TAIL = re.compile(r"\s*Please (feel free to request|report an issue).*", re.S)
+
+
+def _symbolic_failure(text: str) -> Optional[str]:
+    """torch's symbolic error as 'what, where': the reason without its graph dump and
+    generic tail, the source line that called the op, and the PyTorch module by
+    qualified name and class (from the node's scope); None for other errors."""
+    if "[Caused by the value" not in text and "node defined in" not in text \
+            and not text.startswith("Exporting the operator"):
+        return None
+    reason = _GENERIC_TAIL.sub("", text.split("[Caused by", 1)[0]).strip().rstrip(".")
+    where = []
+    defined = _DEFINED.search(text)
+    if defined:
+        where.append(f"at {defined.group(1).rsplit('/', 1)[-1]}:{defined.group(2)} in "
+                     f"{defined.group(3)}()")
+    scope = _SCOPE.search(text)
+    if scope:
+        mods = [part.split("::", 1) for part in scope.group(1).split("/") if "::" in part]
+        mods = [m for m in mods if not m[0].endswith("." + _wrapper_class())]
+        names = [name for _, name in mods[1:] if name]  # the root's name is our attribute
+        if mods:
+            where.append(f"PyTorch module {'.'.join(names) or '(root)'!r} "
+                         f"({mods[-1][0].rsplit('.', 1)[-1]})")
+    return reason + (f" ({', '.join(where)})" if where else "")
+
+
+def _wrapper_class() -> str:
+    """The class export_onnx wraps a module in (its scope is not the user's)."""
+    from tfx_bridge.components.pytorch_model_importer import swaps
+
+    return swaps.Positional.__name__
 
 
 def rename_onnx_io(src: str, dst: str, inputs: Sequence[TensorSpec],

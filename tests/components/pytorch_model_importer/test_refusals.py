@@ -55,3 +55,31 @@ def test_onnx2tf_failure_message_names_node_without_generic_tail_or_ansi(tmp_pat
                        "'attn' (Attention)): ValueError: Dimensions must be equal, but "
                        "are 16 and 2")
     assert "\x1b" not in message and "onwdt" not in message
+
+
+class _MaskInner(torch.nn.Module):
+    def forward(self, mask):
+        return ((mask + 1) | 2).float()  # bitwise OR on integers: no ONNX form at opset 17
+
+
+class _MaskOuter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = _MaskInner()
+
+    def forward(self, mask):
+        return self.block(mask) * 2.0
+
+
+def test_export_unsupported_torch_op_names_reason_line_and_module(tmp_path):
+    from tfx_bridge.components.pytorch_model_importer import export
+    from tfx_bridge.components.pytorch_model_importer.errors import ModelSourceError
+
+    specs = signature.parse_input_specs(["mask:int64:-1,4"])
+    with pytest.raises(ModelSourceError,
+                       match=r"torch\.onnx\.export refused the model: .*bitwise OR for "
+                             r"non-boolean input values \(at test_refusals\.py:\d+ in "
+                             r"forward\(\), PyTorch module 'block' \(_MaskInner\)\)\. Write "
+                             r"that line") as e:
+        export.export_onnx(_MaskOuter().eval(), specs, ["y"], str(tmp_path / "m.onnx"))
+    assert "Caused by" not in str(e.value) and "%" not in str(e.value)
