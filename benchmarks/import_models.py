@@ -625,9 +625,21 @@ def catalog_summary(rows: list) -> str:
         out += ["### Failures and refusals", ""]
         for r in sorted(bad, key=lambda r: (r["family"], r["model"], r["form"],
                                             r["converter_requested"])):
+            fp64 = ""
+            if r.get("torch_fp32_error") is not None:
+                fp64 = (f" [against torch in float64: torch float32 off by "
+                        f"{r['torch_fp32_error']:.3g}, the SavedModel by "
+                        f"{r['savedmodel_fp64_error']:.3g}]")
             out.append(f"- {r['family']} {r['model']} ({r['form']}, {r['converter_requested']}"
                        f"{' -> ' + r['converter'] if r.get('converter') else ''}): "
-                       f"{r['status']}: {_reason(r)}")
+                       f"{r['status']}: {_reason(r)}{fp64}")
+        unstable = [r for r in bad if r["status"] == "unstable_reference"
+                    and r.get("torch_fp32_error") is not None]
+        if unstable:
+            closer = sum(r["savedmodel_fp64_error"] <= r["torch_fp32_error"] for r in unstable)
+            out += ["", f"Unstable references: the SavedModel is as close to torch's float64 "
+                        f"output as torch's own float32 output is, or closer, for {closer} of "
+                        f"{len(unstable)}."]
         counts = collections.Counter()
         for r in bad:
             if r["status"] == "handover_failed":
