@@ -326,6 +326,7 @@ def _catalog_child(task: dict) -> None:
     if task["family"] == "torchvision":
         row["size"] = int(built.input_size.split("x")[-1])
         row["calibration"] = catalog.CALIBRATION
+        row["size_rule"] = catalog.SIZE_RULE
     # Tolerance: 1e-4 absolute, or relative to the output's scale when that is above 1.
     with torch.no_grad():
         ref = convert.run_torch(built.module, signature.make_inputs(specs, max(BATCHES)), specs)

@@ -28,12 +28,13 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
     The fused attention fast path is off during export and fixed-width
     EmbeddingBags are exported as gather + reduce (swaps.py); PyTorch's fused
     kernels recorded in a TorchScript graph (encoder layer, multi-head
-    attention, embedding_bag) are exported as standard ops (fused.py). The
+    attention, embedding_bag) are exported as standard ops (fused.py), and
+    torch symbolics that export wrongly are replaced (export_fixes.py). The
     changes made are returned for the report.
     """
     torch = _torch()
     onnx = _onnx()
-    from tfx_bridge.components.pytorch_model_importer import fused, swaps
+    from tfx_bridge.components.pytorch_model_importer import export_fixes, fused, swaps
 
     if not MIN_OPSET <= opset <= 20:
         raise ImporterConfigError(f"opset {opset}: use {MIN_OPSET} to 20 (default 17).")
@@ -48,14 +49,14 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
     if decomposed:
         fastpath = []  # the fast-path switch changes nothing in an already traced graph
     try:
-        with fused.onnx_symbolics(), swaps.mha_fastpath_off(), \
+        with fused.onnx_symbolics(), export_fixes.onnx_symbolics(), swaps.mha_fastpath_off(), \
                 swaps.dense_embedding_bags(module) as (exported, bags), torch.no_grad():
             if not isinstance(exported, torch.jit.ScriptModule):
                 exported = swaps.Positional(exported)
             torch.onnx.export(exported, args, path, input_names=[s.name for s in inputs],
                               output_names=list(output_names), dynamic_axes=dynamic,
                               opset_version=opset, do_constant_folding=True, dynamo=False)
-        applied_fixes = fused.exporter_fixes()
+        applied_fixes = export_fixes.applied()
     except ImporterError:
         raise
     except Exception as e:

@@ -23,14 +23,6 @@ writes the same math with standard ONNX ops (no Loop, default domain only):
   ``src_key_padding_mask``. The nested tensor stays the padded dense tensor and
   its mask becomes the key padding mask of the layers that read it; padded
   positions come out as the padding value, as ``to_padded_tensor`` gives;
-- ``aten::index_add`` (any hand-over, opset >= 16): torch's own symbolic
-  scatters without a reduction, so duplicated indices overwrite; exported as
-  ``ScatterElements(reduction="add")`` and named in the report;
-- ``aten::adaptive_avg_pool{1,2,3}d`` (any hand-over): torch's own symbolic
-  refuses an output size that does not divide the input size (AlexNet's
-  ``AdaptiveAvgPool2d((6, 6))`` below a 224 input); exported as a MatMul with a
-  constant averaging matrix per pooled axis (PyTorch's windows, exact) and
-  named in the report;
 - ``aten::embedding_bag``: fixed-width 2-D ids (offsets ``arange(0, N, W)``, as
   ``F.embedding_bag`` writes them) as a Gather over ``[B, W]`` and a
   reduction; ragged 1-D ids + offsets scattered (ScatterND, segment ids by
@@ -67,7 +59,7 @@ _REPORTED = (ENCODER_LAYER, MULTI_HEAD_ATTENTION, EMBEDDING_BAG)
 # torch.onnx dispatches to the closest registered opset at or below the target:
 # the symbolics are registered at every opset so they win over the built-in
 # embedding_bag (a Loop, registered at 10 and 11).
-_OPSETS = tuple(range(9, 21))
+OPSETS = tuple(range(9, 21))
 _LOWEST = float(torch.finfo(torch.float32).min)
 
 _FLOAT, _INT64, _BOOL = 1, 7, 9  # ONNX TensorProto data types
@@ -360,110 +352,6 @@ def _pool(g, vectors, keep, mode: int):
     return g.op("Div", total, count)
 
 
-def _index_add(g, self, dim, index, other, alpha=None):
-    """``index_add`` as ONNX ``ScatterElements(reduction="add")``.
-
-    torch 2.5's own symbolic scatters without a reduction (it warns that
-    duplicated indices make the model incorrect): rows sharing an index
-    overwrite each other instead of adding up. From opset 16 ScatterElements
-    adds duplicates, exactly what ``index_add`` computes.
-    """
-    axis = sym._maybe_get_const(dim, "i")
-    rank = sym._get_tensor_rank(self)
-    if not isinstance(axis, int) or rank is None or sym._get_tensor_rank(other) != rank:
-        raise torch.onnx.errors.SymbolicValueError(
-            "index_add needs a constant dim and self/source of one known rank", self)
-    axis = axis % rank
-    if alpha is not None and not sym._is_none(alpha):
-        scale = sym._maybe_get_scalar(alpha)
-        if not (isinstance(scale, (int, float)) and scale == 1):
-            other = g.op("Mul", other, g.op("CastLike", alpha, other))
-    _INDEX_ADDS.append(1)
-    idx = sym._unsqueeze_helper(g, index, [i for i in range(rank) if i != axis])
-    idx = g.op("Expand", idx, g.op("Shape", other))
-    return g.op("ScatterElements", self, idx, other, axis_i=axis, reduction_s="add")
-
-
-_INDEX_ADDS: List[int] = []  # index_add calls exported in the current block
-INDEX_ADD = "aten::index_add"
-INDEX_ADD_SCATTER_ADD = "index-add-scatter-add"
-# ScatterElements adds duplicates from opset 16; below it torch's own symbolic stays.
-_INDEX_ADD_OPSETS = tuple(o for o in _OPSETS if o >= 16)
-
-# --------------------------------------------------------------------------- adaptive pools
-
-def _bins(size: int, out: int):
-    """PyTorch's adaptive pooling windows: [floor(i*size/out), ceil((i+1)*size/out))."""
-    return [(i * size // out, -(-(i + 1) * size // out)) for i in range(out)]
-
-
-def _pool_matrix(size: int, out: int) -> torch.Tensor:
-    """[out, size]: row i averages window i (1/width on it, 0 elsewhere)."""
-    matrix = torch.zeros(out, size, dtype=torch.float64)
-    for i, (start, end) in enumerate(_bins(size, out)):
-        matrix[i, start:end] = 1.0 / (end - start)
-    return matrix
-
-
-def _adaptive_avg_pool(n: int):
-    @sym.quantized_args(True, False)
-    def symbolic(g, input, output_size):
-        """``adaptive_avg_pool{n}d`` for any static input size.
-
-        torch's own symbolic exports only output sizes that divide the input
-        (AveragePool) or all ones (GlobalAveragePool), and refuses the rest:
-        AlexNet's ``AdaptiveAvgPool2d((6, 6))`` below a 224 input, an FPN head
-        pooling 7 -> 3. Its windows overlap or vary in width, but along each
-        axis an adaptive average is a fixed linear map, so it is exported as a
-        MatMul with a constant [out, in] averaging matrix per pooled axis
-        (exact: windows as PyTorch computes them). The first two cases keep
-        torch's form.
-        """
-        try:
-            out = sym._parse_arg(output_size, "is")
-        except Exception:  # noqa: BLE001 (torch's helper raises several kinds)
-            return sym._onnx_unsupported("adaptive pooling, since output_size is not constant.",
-                                         input)
-        if out == [1] * n:
-            return g.op("GlobalAveragePool", input)
-        sizes = sym._get_tensor_sizes(input)
-        rank = None if sizes is None else len(sizes)
-        dims = None if sizes is None else sizes[-n:]
-        if dims is None or any(d is None for d in dims):
-            raise torch.onnx.errors.SymbolicValueError(
-                f"adaptive_avg_pool{n}d to {out} needs the input's spatial sizes, and they are "
-                "dynamic here; pool to 1 (global) or give the model a fixed input size", input)
-        if rank == n + 2 and all(d % o == 0 for d, o in zip(dims, out, strict=True)):
-            k = [d // o for d, o in zip(dims, out, strict=True)]
-            return g.op("AveragePool", input, kernel_shape_i=k, strides_i=k)
-        x = input
-        for offset, (d, o) in enumerate(zip(reversed(dims), reversed(out), strict=True)):
-            if d == o:
-                continue
-            axis = rank - 1 - offset
-            matrix = g.op("Constant", value_t=_pool_matrix(d, o).to(torch.float32))
-            if sym.GLOBALS.export_onnx_opset_version >= 15:
-                matrix = g.op("CastLike", matrix, input)
-            if axis == rank - 1:
-                x = g.op("MatMul", x, g.op("Transpose", matrix, perm_i=[1, 0]))
-            elif axis == rank - 2:
-                x = g.op("MatMul", matrix, x)
-            else:  # the depth axis of a 3-D pool: swapped next to the last, pooled, back
-                perm = list(range(rank))
-                perm[axis], perm[rank - 2] = rank - 2, axis
-                x = g.op("Transpose", x, perm_i=perm)
-                x = g.op("Transpose", g.op("MatMul", matrix, x), perm_i=perm)
-        _ADAPTIVE_POOLS.append(f"{list(dims)} -> {out}")
-        return x
-
-    return symbolic
-
-
-_ADAPTIVE_POOLS: List[str] = []  # output sizes of adaptive pools exported as MatMul
-ADAPTIVE_POOL_MATMUL = "adaptive-pool-matmul"
-_ADAPTIVE = {f"aten::adaptive_avg_pool{n}d": _adaptive_avg_pool(n) for n in (1, 2, 3)}
-
-
 _SYMBOLICS = {
     ENCODER_LAYER: _encoder_layer,
     MULTI_HEAD_ATTENTION: _multi_head_attention,
@@ -474,52 +362,34 @@ _SYMBOLICS = {
 
 
 @contextlib.contextmanager
-def onnx_symbolics(opsets: Sequence[int] = _OPSETS) -> Iterator[None]:
+def onnx_symbolics(opsets: Sequence[int] = OPSETS) -> Iterator[None]:
     """Registers the fused kernels' ONNX symbolics for the block, then unregisters them.
 
     Process-wide while the block runs (torch.onnx's registry is global): run
     one export at a time inside it.
     """
-    registered: List[Tuple[str, int]] = []
     _NESTED.clear()
-    _INDEX_ADDS.clear()
-    _ADAPTIVE_POOLS.clear()
     try:
-        for name, fn in _SYMBOLICS.items():
-            for opset in opsets:
-                torch.onnx.register_custom_op_symbolic(name, fn, opset)
-                registered.append((name, opset))
-        for name, fn in _ADAPTIVE.items():
-            for opset in opsets:
-                torch.onnx.register_custom_op_symbolic(name, fn, opset)
-                registered.append((name, opset))
-        for opset in (o for o in opsets if o in _INDEX_ADD_OPSETS):
-            torch.onnx.register_custom_op_symbolic(INDEX_ADD, _index_add, opset)
-            registered.append((INDEX_ADD, opset))
-        yield
+        with registered({name: (fn, opsets) for name, fn in _SYMBOLICS.items()}):
+            yield
     finally:
-        for name, opset in registered:
-            torch.onnx.unregister_custom_op_symbolic(name, opset)
         _NESTED.clear()
 
 
-def exporter_fixes() -> list:
-    """Report entries for torch symbolics replaced during the last export block."""
-    from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
-
-    fixes = []
-    if _INDEX_ADDS:
-        fixes.append(Rewrite(
-            INDEX_ADD_SCATTER_ADD, [f"{len(_INDEX_ADDS)} index_add call(s)"],
-            "torch's index_add symbolic overwrites rows sharing an index; exported as "
-            "ScatterElements(reduction='add'), which sums them as PyTorch does"))
-    if _ADAPTIVE_POOLS:
-        fixes.append(Rewrite(
-            ADAPTIVE_POOL_MATMUL, [f"adaptive average pool {p}" for p in _ADAPTIVE_POOLS],
-            "torch exports adaptive average pooling only when the output size divides the "
-            "input size; these pool to other sizes and were exported as a MatMul with a "
-            "constant averaging matrix per axis (PyTorch's windows, exact)"))
-    return fixes
+@contextlib.contextmanager
+def registered(symbolics: Dict[str, Tuple[object, Sequence[int]]]) -> Iterator[None]:
+    """Registers each ``{aten name: (symbolic, opsets)}`` for the block, then
+    unregisters them (torch's built-in symbolic is back after the block)."""
+    done: List[Tuple[str, int]] = []
+    try:
+        for name, (fn, opsets) in symbolics.items():
+            for opset in opsets:
+                torch.onnx.register_custom_op_symbolic(name, fn, opset)
+                done.append((name, opset))
+        yield
+    finally:
+        for name, opset in done:
+            torch.onnx.unregister_custom_op_symbolic(name, opset)
 
 
 # --------------------------------------------------------------------------- report
