@@ -260,10 +260,10 @@ def _torch_self_drift(module, specs, batch: int = 7):
         return None
 
 
-def _float64_errors(module, specs, serving_dir: str, outputs, batch: int = 32) -> dict:
-    """Max abs error against torch run in float64, of torch in float32
-    (``torch_fp32_error``) and of the SavedModel (``savedmodel_fp64_error``), over
-    the first output at ``batch``; {} when the model does not run in float64."""
+def _float64_errors(module, specs, serving_dir: str, outputs, fp32, batch: int = 32) -> dict:
+    """Max abs error against torch run in float64, of torch in float32 (``fp32``, the
+    first output at ``batch``: ``torch_fp32_error``) and of the SavedModel
+    (``savedmodel_fp64_error``); {} when the model does not run in float64."""
     import copy
 
     import numpy as np
@@ -274,11 +274,9 @@ def _float64_errors(module, specs, serving_dir: str, outputs, batch: int = 32) -
     args = [torch.from_numpy(feeds[s.name]) for s in specs]
     try:
         with torch.no_grad():
-            fp32 = module(*args)
             wide = copy.deepcopy(module).double()
             fp64 = wide(*[a.double() if a.is_floating_point() else a for a in args])
-        fp32, fp64 = (o[0] if isinstance(o, (tuple, list)) else o for o in (fp32, fp64))
-        fp32, fp64 = fp32.numpy(), fp64.numpy()
+        fp64 = (fp64[0] if isinstance(fp64, (tuple, list)) else fp64).numpy()
         serve = tf.saved_model.load(serving_dir).signatures["serving_default"]
         ours = serve(**{k: tf.constant(v) for k, v in feeds.items()})[outputs[0]].numpy()
     except Exception:  # noqa: BLE001 (no float64 figure for this model)
@@ -352,7 +350,7 @@ def _catalog_child(task: dict) -> None:
                                           os.path.join(tmp, "model"), **kwargs)
             fp64_errors = ({} if result.blessed else
                            _float64_errors(built.module, specs, result.serving_dir,
-                                           built.outputs))
+                                           built.outputs, ref[0], max(BATCHES)))
         except ImporterError as e:
             message = short_message(e)
             op, node = _op_node(message)
