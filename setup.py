@@ -1,6 +1,6 @@
 """tfx-bridge: TFX components that carry PyTorch models into TF Serving.
 
-The repository keeps the user's layout (components/, pipelines/, kubeflow/,
+The repository keeps the user's layout (components/, pipelines/, kubeflow/, cli/,
 schemas/ at the top); package_dir maps them under the import name
 ``tfx_bridge`` so executor class paths compiled into Kubeflow specs are
 unambiguous (``tfx_bridge.components.parquet_example_gen.executor.Executor``).
@@ -17,6 +17,7 @@ _TOP = {
     "tfx_bridge.pipelines": "pipelines",
     "tfx_bridge.kubeflow": "kubeflow",
     "tfx_bridge.schemas": "schemas",
+    "tfx_bridge.cli": "cli",
 }
 
 
@@ -45,7 +46,7 @@ setup(
     long_description=open(os.path.join(_HERE, "README.md"), encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
-    python_requires=">=3.9,<3.11",
+    python_requires=">=3.10,<3.11",
     packages=_PACKAGES,
     package_dir=_PACKAGE_DIR,
     package_data={"tfx_bridge.schemas": ["*.pbtxt", "*.yaml", "*.json"]},
@@ -91,5 +92,5 @@ setup(
         # moto's server mode: the S3-compatible server the tests start on 127.0.0.1.
         "dev": ["pytest>=7", "pytest-xdist>=3.5", "ruff>=0.4", "moto[server]>=5.1"],
     },
-    entry_points={"console_scripts": ["tfx-bridge=tfx_bridge.cli:entry"]},
+    entry_points={"console_scripts": ["tfx-bridge=tfx_bridge.cli.main:entry"]},
 )

@@ -52,7 +52,7 @@ def test_package_is_the_installed_tfx_bridge():
         assert os.path.dirname(os.path.realpath(module.__file__)) == os.path.join(ROOT, folder)
     assert tfx_bridge.__version__ == metadata.version("tfx-bridge")
     scripts = {e.name: e.value for e in metadata.entry_points(group="console_scripts")}
-    assert scripts["tfx-bridge"] == "tfx_bridge.cli:entry"
+    assert scripts["tfx-bridge"] == "tfx_bridge.cli.main:entry"
 
 
 def test_importer_without_torch_names_the_extra():
@@ -72,36 +72,51 @@ def test_importer_without_torch_names_the_extra():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 
-def test_components_import_only_the_shared_layer_never_each_other():
-    """A module under components/<a>/ may use tfx_bridge.* but no components.<b>."""
+def _imports(folder: str):
+    """(file relative to the root, line, imported module) for every import under
+    ``folder``; ``from a import b`` counts as both ``a`` and ``a.b``."""
     import ast
 
-    bad = []
-    root = os.path.join(ROOT, "components")
-    for component in sorted(os.listdir(root)):
-        folder = os.path.join(root, component)
-        if not os.path.isdir(folder):
-            continue
-        for dirpath, _, files in os.walk(folder):
-            for name in files:
-                if not name.endswith(".py"):
+    for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(dirpath, name)
+            tree = ast.parse(open(path, encoding="utf-8").read(), path)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom):
+                    targets = [node.module or ""]
+                    targets += [f"{node.module}.{a.name}" for a in node.names]
+                elif isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                else:
                     continue
-                path = os.path.join(dirpath, name)
-                tree = ast.parse(open(path, encoding="utf-8").read(), path)
-                for node in ast.walk(tree):
-                    if isinstance(node, ast.ImportFrom):
-                        targets = [node.module or ""]
-                        targets += [f"{node.module}.{a.name}" for a in node.names]
-                    elif isinstance(node, ast.Import):
-                        targets = [a.name for a in node.names]
-                    else:
-                        continue
-                    for target in targets:
-                        parts = target.split(".")
-                        if (parts[:2] == ["tfx_bridge", "components"] and len(parts) > 2
-                                and parts[2] != component):
-                            bad.append(f"{os.path.relpath(path, ROOT)}:{node.lineno} "
-                                       f"imports {target}")
+                for target in targets:
+                    yield os.path.relpath(path, ROOT), node.lineno, target
+
+
+def test_components_import_only_the_shared_layer_never_each_other():
+    """A module under components/<a>/ may use tfx_bridge.* but no components.<b>."""
+    bad = []
+    for rel, line, target in _imports("components"):
+        component = rel.split(os.sep)[1]
+        parts = target.split(".")
+        if parts[:2] == ["tfx_bridge", "components"] and len(parts) > 2 \
+                and parts[2] != component:
+            bad.append(f"{rel}:{line} imports {target}")
+    assert not bad, "\n".join(sorted(set(bad)))
+
+
+# The layers above the shared one: tfx_bridge/ may not import them.
+UPPER_LAYERS = ("tfx_bridge.components", "tfx_bridge.pipelines", "tfx_bridge.kubeflow",
+                "tfx_bridge.cli")
+
+
+def test_shared_layer_never_imports_upward():
+    """tfx_bridge/ is what every part may use: it imports no component, pipeline,
+    Kubeflow module or the CLI (not even inside a function)."""
+    bad = [f"{rel}:{line} imports {target}" for rel, line, target in _imports("tfx_bridge")
+           if any(target == up or target.startswith(up + ".") for up in UPPER_LAYERS)]
     assert not bad, "\n".join(sorted(set(bad)))
 
 
@@ -115,7 +130,7 @@ _LOCAL_FILE_CALL = __import__("re").compile(
 ALLOWED_LOCAL_FILE_CALLS = {
     "tfx_bridge/fs.py": "the filesystem layer's local backend",
     "tfx_bridge/folders.py": "symlink checks of local folders (object stores have none)",
-    "tfx_bridge/cli.py": "the library log: a file descriptor needs a local file",
+    "cli/common.py": "the library log: a file descriptor needs a local file",
     "tfx_bridge/staging.py": "its doctest, on a temp folder",
     "tfx_bridge/child.py": "a warm child's stdout/stderr files in a temp folder; /proc for its RSS",
     "tfx_bridge/child_worker.py": "the stdout/stderr files its caller made for one run",
@@ -139,7 +154,7 @@ ALLOWED_LOCAL_FILE_CALLS = {
 
 def test_cores_touch_paths_only_through_the_filesystem_layer():
     offenders = []
-    for folder in ("components", "tfx_bridge", "pipelines"):
+    for folder in ("components", "tfx_bridge", "pipelines", "cli"):
         for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
             for name in files:
                 if not name.endswith(".py"):

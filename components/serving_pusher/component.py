@@ -78,8 +78,10 @@ class ServingPusher(base_component.BaseComponent):
     def __init__(self, model, base_path: str, model_name: str, imported_model=None,
                  schema_guard=None, model_blessing=None, infra_blessing=None, examples=None,
                  label: str = "stable", target: str = "cpu",
-                 allow_contract_change: bool = False, keep_versions: int = 5,
-                 warmup_records: int = 10, batching_parameters: Optional[dict] = None,
+                 allow_contract_change: bool = False,
+                 keep_versions: int = serving.DEFAULT_KEEP_VERSIONS,
+                 warmup_records: int = serving.DEFAULT_WARMUP_RECORDS,
+                 batching_parameters: Optional[dict] = None,
                  server_base_path: str = serving.SERVER_MOUNT):
         if label not in serving.LABELS:
             raise PusherConfigError(f"ServingPusher: label {label!r}; use {serving.LABELS}.")
@@ -88,6 +90,10 @@ class ServingPusher(base_component.BaseComponent):
         serving.check_model_name(model_name)
         if keep_versions < 1:
             raise PusherConfigError("ServingPusher: keep_versions must be >= 1.")
+        if not 1 <= warmup_records <= serving.MAX_WARMUP:
+            raise PusherConfigError(
+                f"ServingPusher: warmup_records {warmup_records}: use 1 to {serving.MAX_WARMUP} "
+                "(TF Serving replays them at load; a push always writes warmup).")
         spec = ServingPusherSpec(
             model=model, imported_model=imported_model, schema_guard=schema_guard,
             model_blessing=model_blessing, infra_blessing=infra_blessing, examples=examples,

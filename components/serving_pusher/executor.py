@@ -38,6 +38,13 @@ BLESSED_PROPERTY = properties.BLESSED
 REPORT_FILE = "push.json"
 
 
+def _given(exec_properties: Dict[str, Any], key: str, default):
+    """The parameter as set, ``default`` only when it is unset (None): 0 is a value,
+    and the core refuses it if it is out of range."""
+    value = exec_properties.get(key)
+    return default if value is None else value
+
+
 def _prop(artifact: types.Artifact, key: str, default):
     """A custom property whatever its stored kind: artifacts that crossed Kubeflow's
     JSON metadata carry values as structs (numbers as doubles), local ones as ints."""
@@ -96,8 +103,10 @@ class Executor(base_executor.BaseExecutor):
             serving_flags=flags,
             examples_dir=examples,
             allow_contract_change=bool(exec_properties.get(ALLOW_CONTRACT_CHANGE_KEY) or 0),
-            keep_versions=int(exec_properties.get(KEEP_VERSIONS_KEY) or 5),
-            warmup_records=int(exec_properties.get(WARMUP_RECORDS_KEY) or 10),
+            keep_versions=int(_given(exec_properties, KEEP_VERSIONS_KEY,
+                                     serving.DEFAULT_KEEP_VERSIONS)),
+            warmup_records=int(_given(exec_properties, WARMUP_RECORDS_KEY,
+                                      serving.DEFAULT_WARMUP_RECORDS)),
             blessings=blessings,
             batching_overrides=None if batching is None else json.loads(batching),
             server_base_path=exec_properties.get(SERVER_BASE_PATH_KEY) or serving.SERVER_MOUNT,

@@ -39,6 +39,8 @@ from tfx_bridge import fs
 from tfx_bridge.components.serving_pusher.base_layout import (  # noqa: F401  (re-exported)
     BATCHING_DEFAULTS,
     BATCHING_FILE,
+    DEFAULT_KEEP_VERSIONS,
+    DEFAULT_WARMUP_RECORDS,
     K8S_MANIFEST,
     LABELS,
     LOCK_FILE,
@@ -158,8 +160,9 @@ def push(saved_model_dir: str, base_path: str, model_name: str, *args, **kwargs
 def push_local(saved_model_dir: str, base_path: str, model_name: str, label: str = "stable",
                target: str = "cpu", requires_gpu: bool = False,
                serving_flags: Sequence[str] = (), examples_dir: Optional[str] = None,
-               allow_contract_change: bool = False, keep_versions: int = 5,
-               warmup_records: int = 10, blessings: Optional[Dict[str, Optional[int]]] = None,
+               allow_contract_change: bool = False, keep_versions: int = DEFAULT_KEEP_VERSIONS,
+               warmup_records: int = DEFAULT_WARMUP_RECORDS,
+               blessings: Optional[Dict[str, Optional[int]]] = None,
                batching_overrides: Optional[dict] = None,
                server_base_path: str = SERVER_MOUNT, lock_timeout_s: float = 600.0,
                identity: Optional[str] = None) -> PushResult:
@@ -270,7 +273,7 @@ class Published:
 
 def publish_version(saved_model_dir: str, base_path: str, model_name: str,
                     warmup_file: Optional[str] = None, label: Optional[str] = "stable",
-                    digest: Optional[str] = None, keep_versions: int = 5,
+                    digest: Optional[str] = None, keep_versions: int = DEFAULT_KEEP_VERSIONS,
                     target: str = "cpu", serving_flags: Sequence[str] = (),
                     batching_overrides: Optional[dict] = None,
                     server_base_path: str = SERVER_MOUNT, lock_timeout_s: float = 600.0

@@ -75,7 +75,7 @@ class TrtOptimizer(base_component.BaseComponent):
 
     def __init__(self, model, examples=None, precision: str = "fp32",
                  atol: float = optimize.DEFAULT_ATOL, rtol: float = 0.0,
-                 topk_threshold: float = 1.0, iterations: int = 100,
+                 topk_threshold: float = 1.0, iterations: int = optimize.DEFAULT_ITERATIONS,
                  op_denylist: Sequence[str] = optimize.DEFAULT_OP_DENYLIST,
                  workspace_bytes: int = 1 << 30, minimum_segment_size: int = 3,
                  maximum_cached_engines: int = 1, fail_on_drift: bool = True,

@@ -63,7 +63,7 @@ class Executor(base_executor.BaseExecutor):
             atol=float(_get(p, ATOL_KEY, optimize.DEFAULT_ATOL)),
             rtol=float(_get(p, RTOL_KEY, 0.0)),
             topk_threshold=float(_get(p, TOPK_THRESHOLD_KEY, 1.0)),
-            iterations=int(_get(p, ITERATIONS_KEY, 100)),
+            iterations=int(_get(p, ITERATIONS_KEY, optimize.DEFAULT_ITERATIONS)),
             op_denylist=json.loads(_get(p, OP_DENYLIST_KEY,
                                         json.dumps(optimize.DEFAULT_OP_DENYLIST))),
             trt_options={"workspace_bytes": int(_get(p, WORKSPACE_BYTES_KEY, 1 << 30)),

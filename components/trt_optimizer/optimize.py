@@ -73,6 +73,7 @@ PRECISIONS = ("fp32", "fp16", "int8")
 BACKEND_ORIGINAL = "original"
 BACKEND_TENSORRT = "tensorrt"
 DEFAULT_ATOL = 1e-4
+DEFAULT_ITERATIONS = 100  # timed calls per candidate and batch size
 DEFAULT_BATCHES = (1, 32)
 DEFAULT_OP_DENYLIST = ("TopKV2",)
 
@@ -381,7 +382,8 @@ def optimize(model_path: str, output_dir: str, *args, **kwargs) -> OptimizeResul
 
 def optimize_local(model_path: str, output_dir: str, precision: str = "fp32",
                    examples_dir: Optional[str] = None, atol: float = DEFAULT_ATOL,
-                   rtol: float = 0.0, topk_threshold: float = 1.0, iterations: int = 100,
+                   rtol: float = 0.0, topk_threshold: float = 1.0,
+                   iterations: int = DEFAULT_ITERATIONS,
                    batches: Sequence[int] = DEFAULT_BATCHES, probe: Optional[Probe] = None,
                    op_denylist: Sequence[str] = DEFAULT_OP_DENYLIST,
                    extra_candidates: Optional[Dict[str, Callable]] = None,

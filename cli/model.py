@@ -1,0 +1,170 @@
+"""``import-model`` (PyTorchModelImporter's core) and ``optimize`` (TrtOptimizer's)."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Dict
+
+from tfx_bridge import fs, staging
+from tfx_bridge.cli.common import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    LIBRARY_LOG,
+    Progress,
+    add_common,
+    library_logs,
+    positive_int,
+    shown,
+)
+
+IMPORT_WRITES = ("Format-Serving", "Format-PyTorch", "report.json", "report.md")
+OPTIMIZE_WRITES = ("Format-Serving", "report.json", "report.md", "latency.png", LIBRARY_LOG)
+
+
+def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
+    from tfx_bridge.components.pytorch_model_importer import convert, signature
+    from tfx_bridge.components.pytorch_model_importer import source as model_source
+    from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
+
+    chosen = [(k, p) for k, p in (("torchscript", args.torchscript),
+                                  ("state_dict", args.state_dict), ("onnx", args.onnx),
+                                  ("source_model", args.source_model)) if p]
+    if len(chosen) != 1:
+        raise ImporterConfigError(
+            "Give exactly one of --torchscript FILE, --state-dict FILE (with --module-class), "
+            "--onnx FILE, --source-model DIR (a Model folder holding Format-PyTorch/).")
+    try:
+        kwargs = json.loads(args.module_kwargs) if args.module_kwargs else None
+    except ValueError as e:
+        raise ImporterConfigError(f"--module-kwargs is not JSON: {e}") from e
+    if args.source_model:  # the component's source_model route: the spec inside decides
+        if not model_source.has_pytorch_spec(args.source_model):
+            raise ImporterConfigError(
+                f"--source-model {args.source_model} holds no Format-PyTorch/model_spec.json "
+                "(a PyTorchTrainer or importer output); give the model file instead.")
+        source, input_texts, output_texts = model_source.from_model_folder(
+            args.source_model, args.input or [], args.output_name or [], args.module_class)
+    else:
+        source = convert.ModelSource(chosen[0][0], chosen[0][1], args.module_class, kwargs)
+        input_texts, output_texts = args.input or [], args.output_name or []
+    inputs = signature.parse_input_specs(input_texts)
+    outputs = signature.check_output_names(output_texts)
+    schema = None
+    if args.schema:
+        from tfx_bridge import schema_file
+        schema = schema_file.load_schema(args.schema, ImporterConfigError)
+    progress = Progress(2, enabled=not args.quiet)
+    with staging.staged_output(args.output, IMPORT_WRITES, "import-model") as stage:
+        result = convert.import_model(source, inputs, outputs, stage, opset=args.opset,
+                                      atol=args.atol, rtol=args.rtol,
+                                      examples_dir=args.examples, schema=schema,
+                                      graph_rewrites=not args.no_graph_rewrites,
+                                      converter=args.converter)
+    serving_dir = staging.final_path(result.serving_dir, stage, args.output)
+    progress(f"Exported, converted ({result.report['converter']}) and checked {source.kind} "
+             f"{source.path} in {sum(result.report['seconds'].values()):.1f}s")
+    print(convert.check_table(result.report["checks"]))
+    verdict = "equivalent: blessed" if result.blessed else "NOT equivalent: not blessed"
+    print(f"{verdict}. SavedModel: {serving_dir}")
+    for applied in result.report["rewrites"]:
+        print(f"Rewrite applied: {applied['kind']} ({len(applied['nodes'])} place(s)): "
+              f"{applied['why']}")
+    progress("Done")
+    return {"blessed": result.blessed, "serving_dir": shown(serving_dir),
+            "max_abs_error": result.report["max_abs_error"],
+            "rewrites": [r["kind"] for r in result.report["rewrites"]],
+            "converter": result.report["converter"],
+            "seconds": result.report["seconds"], "outputs": outputs,
+            "_exit": EXIT_OK if result.blessed else EXIT_CHECK_FAILED}
+
+
+def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
+    from tfx_bridge.components.trt_optimizer import detect, optimize
+
+    progress = Progress(3, enabled=not args.quiet)
+    found = detect.probe()
+    progress("TensorRT: " + ("available, GPU visible" if found.can_run_tensorrt
+                             else f"not used ({found.why_not()})"))
+    # XLA and TFLite's converter log from C++ straight to fd 2 (I0000 lines): they go
+    # to <output>/library.log unless --debug.
+    with staging.staged_output(args.output, OPTIMIZE_WRITES, "optimize") as stage, \
+            library_logs(stage, args.debug, LIBRARY_LOG) as logs:
+        result = optimize.optimize(args.model, stage, precision=args.precision,
+                                   examples_dir=args.examples, atol=args.atol,
+                                   topk_threshold=args.topk_threshold,
+                                   iterations=args.iterations, probe=found,
+                                   candidates=args.candidates.split(",") if args.candidates
+                                   else None)
+    logs = logs.replace(stage, args.output)
+    progress(f"Measured {len(result.report['candidates'])} candidate(s); kept "
+             f"{result.report['candidate']} (backend {result.backend})" + logs)
+    print(fs.read_text(fs.join(args.output, optimize.REPORT_MD)).rstrip())
+    progress("Done")
+    return {"blessed": result.blessed, "backend": result.backend,
+            "precision": result.precision, "requires_gpu": result.requires_gpu,
+            "serving_flags": result.serving_flags,
+            "latency_before_ms": result.report["latency_before_ms"],
+            "latency_after_ms": result.report["latency_after_ms"],
+            "tensorrt_ran": result.report["tensorrt"]["ran"],
+            "output": shown(args.output),
+            "_exit": EXIT_OK if result.blessed else EXIT_CHECK_FAILED}
+
+
+def add_parser(sub) -> None:
+    """The import-model and optimize verbs."""
+    from tfx_bridge.components.pytorch_model_importer import convert
+    from tfx_bridge.components.pytorch_model_importer.to_tf import converters
+    from tfx_bridge.components.trt_optimizer import optimize
+
+    imp = sub.add_parser("import-model",
+                         help="PyTorch/ONNX -> SavedModel with a named signature, proven equal")
+    imp.add_argument("--torchscript", default=None, help="a TorchScript file")
+    imp.add_argument("--state-dict", default=None,
+                     help="a state_dict file (loaded with weights_only=True)")
+    imp.add_argument("--module-class", default=None, help="pkg.module:Class for --state-dict")
+    imp.add_argument("--module-kwargs", default=None, help="JSON constructor kwargs")
+    imp.add_argument("--onnx", default=None, help="an ONNX file")
+    imp.add_argument("--source-model", default=None,
+                     help="a Model folder holding Format-PyTorch/ (PyTorchTrainer's output): "
+                     "class, kwargs, inputs and outputs come from its spec")
+    imp.add_argument("--input", action="append",
+                     help="name:dtype:shape[:lo..hi], repeatable, in forward() order, "
+                     "e.g. user_id:int64:-1:0..49999 or image:float32:-1,3,224,224")
+    imp.add_argument("--output-name", action="append",
+                     help="output name, repeatable, in the model's output order")
+    imp.add_argument("--output", required=True,
+                     help="Model artifact folder (gets Format-Serving/ and the report)")
+    imp.add_argument("--opset", type=int, default=convert.DEFAULT_OPSET)
+    imp.add_argument("--atol", type=float, default=convert.DEFAULT_ATOL)
+    imp.add_argument("--rtol", type=float, default=0.0)
+    imp.add_argument("--examples", default=None,
+                     help="Examples folder: check with real inputs instead of random ones")
+    imp.add_argument("--schema", default=None,
+                     help="schema the tf.Example signature must agree with")
+    imp.add_argument("--converter", choices=converters.CHOICES, default=convert.DEFAULT_CONVERTER,
+                     help="ONNX -> TF converter: tfx-bridge (ours, op by op in ONNX semantics), "
+                     "onnx2tf, or auto (default: ours, onnx2tf where ours refuses)")
+    imp.add_argument("--no-graph-rewrites", action="store_true",
+                     help="give onnx2tf the ONNX as exported (to see what the rewrites fix)")
+    add_common(imp)
+    imp.set_defaults(func=cmd_import_model)
+
+    opt = sub.add_parser("optimize", help="TrtOptimizer: TF-TRT, or the measured CPU path")
+    opt.add_argument("--model", required=True,
+                     help="a SavedModel folder or a Model artifact folder (Format-Serving/)")
+    opt.add_argument("--output", required=True, help="Model artifact folder for the result")
+    opt.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "int8"])
+    opt.add_argument("--examples", default=None,
+                     help="Examples folder for representative and held-out inputs")
+    opt.add_argument("--atol", type=float, default=optimize.DEFAULT_ATOL)
+    opt.add_argument("--topk-threshold", type=float, default=1.0,
+                     help="minimum top-k index agreement for integer outputs (1.0 = exact)")
+    opt.add_argument("--iterations", type=positive_int, default=optimize.DEFAULT_ITERATIONS,
+                     help="timed calls per batch size")
+    opt.add_argument("--candidates", default=None,
+                     help="CPU candidates to try, comma-separated, of xla-cpu,xla-frozen,"
+                          "frozen,tflite (default: frozen, the ones stock TF Serving serves "
+                          "without experimental flags; xla-* need "
+                          "--xla_cpu_compilation_enabled, tflite --prefer_tflite_model)")
+    add_common(opt)
+    opt.set_defaults(func=cmd_optimize)

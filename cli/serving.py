@@ -1,0 +1,87 @@
+"""``push`` and ``rollback`` (ServingPusher's core)."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Dict
+
+from tfx_bridge import fs
+from tfx_bridge.cli.common import EXIT_CHECK_FAILED, EXIT_OK, Progress, add_common, positive_int
+
+
+def _model_properties(model_dir: str) -> Dict[str, Any]:
+    """Blessing and serving needs from a Model artifact folder's report.json, if any."""
+    report = fs.join(model_dir, "report.json")
+    if not fs.exists(report):
+        return {}
+    return json.loads(fs.read_text(report))
+
+
+def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
+    from tfx_bridge import savedmodel
+    from tfx_bridge.components.serving_pusher import serving
+    from tfx_bridge.components.serving_pusher.errors import PusherConfigError
+
+    saved_model = savedmodel.resolve_saved_model(args.model, PusherConfigError)
+    props = _model_properties(args.model)
+    blessings = {}
+    if "blessed" in props:
+        blessings["the model's report"] = 1 if props["blessed"] else 0
+    progress = Progress(2, enabled=not args.quiet)
+    result = serving.push(saved_model, args.base_path, args.model_name, label=args.label,
+                          target=args.target, requires_gpu=bool(props.get("requires_gpu")),
+                          serving_flags=props.get("serving_flags") or [],
+                          examples_dir=args.examples,
+                          allow_contract_change=args.allow_contract_change,
+                          keep_versions=args.keep_versions, blessings=blessings,
+                          server_base_path=args.server_base_path,
+                          lock_timeout_s=args.lock_timeout)
+    progress(result.reason)
+    print(("Pushed: " if result.pushed else "Not pushed: ") + result.reason)
+    progress("Done")
+    return {"pushed": result.pushed, "version": result.version,
+            "destination": result.destination, "reason": result.reason,
+            "labels": result.details.get("labels"),
+            "_exit": EXIT_OK if result.pushed else EXIT_CHECK_FAILED}
+
+
+def cmd_rollback(args: argparse.Namespace) -> Dict[str, Any]:
+    from tfx_bridge.components.serving_pusher import serving
+
+    labels = serving.rollback(args.base_path, args.model_name, args.to,
+                              server_base_path=args.server_base_path)
+    print(f"{args.model_name}: stable -> version {labels['stable']}; labels {labels}")
+    return {"model_name": args.model_name, "labels": labels}
+
+
+def add_parser(sub) -> None:
+    """The push and rollback verbs."""
+    from tfx_bridge.components.serving_pusher import serving
+
+    psh = sub.add_parser("push", help="ServingPusher: validated, atomic push to TF Serving")
+    psh.add_argument("--model", required=True, help="SavedModel or Model artifact folder")
+    psh.add_argument("--base-path", required=True, help="TF Serving model base path")
+    psh.add_argument("--model-name", required=True)
+    psh.add_argument("--label", default="stable", choices=["stable", "canary"])
+    psh.add_argument("--target", default="cpu", choices=["cpu", "gpu"])
+    psh.add_argument("--examples", default=None, help="Examples folder for warmup requests")
+    psh.add_argument("--allow-contract-change", action="store_true",
+                     help="push even if inputs/outputs differ from the served version")
+    psh.add_argument("--keep-versions", type=positive_int,
+                     default=serving.DEFAULT_KEEP_VERSIONS)
+    psh.add_argument("--server-base-path", default=serving.SERVER_MOUNT,
+                     help="where the server sees --base-path (models.config and the manifest's "
+                          "mount use it; default /models)")
+    psh.add_argument("--lock-timeout", type=float, default=600.0,
+                     help="seconds to wait for another push's lock before exit 4 (busy)")
+    add_common(psh)
+    psh.set_defaults(func=cmd_push)
+
+    rb = sub.add_parser("rollback", help="move the stable label back to a pushed version")
+    rb.add_argument("--base-path", required=True)
+    rb.add_argument("--model-name", required=True)
+    rb.add_argument("--to", type=int, required=True, help="version to serve as stable")
+    rb.add_argument("--server-base-path", default=serving.SERVER_MOUNT,
+                    help="where the server sees --base-path (default /models)")
+    add_common(rb)
+    rb.set_defaults(func=cmd_rollback)
