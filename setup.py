@@ -63,7 +63,7 @@ setup(
         "numpy>=1.22,<2",
         "protobuf>=3.20.3,<4",
         "psutil>=5",
-        "google-crc32c>=1.5",  # TFRecord checksums (tfx_bridge.tfrecord)
+        "google-crc32c>=1.5",  # TFRecord checksums (tfx_bridge.artifacts.tfrecord)
         "pyyaml>=5",
         "matplotlib>=3.7,<3.11",
     ],

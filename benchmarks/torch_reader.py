@@ -1,4 +1,4 @@
-"""Reader benchmark: tfx_bridge.torch_examples vs tf.data + tf.io.parse_example.
+"""Reader benchmark: tfx_bridge.torch.examples vs tf.data + tf.io.parse_example.
 
 In one run, on the same gzip TFRecords (demo click-through Examples, ingested
 once by ParquetExampleGen's core: int64 ids, floats, a string), both produce
@@ -62,7 +62,7 @@ def stock(examples: str, batch: int) -> int:
 
 
 def ours(examples: str, batch: int) -> int:
-    from tfx_bridge.torch_examples import ExamplesDataset, Feature
+    from tfx_bridge.torch.examples import ExamplesDataset, Feature
 
     features = {k: Feature(dtype, wire=wire) for k, (dtype, wire) in FEATURES.items()}
     return sum(len(b["price"]) for b in ExamplesDataset(examples, "train", features,

@@ -11,8 +11,8 @@ import sys
 import time
 import warnings
 
-from tfx_bridge import fs
 from tfx_bridge.errors import BridgeError
+from tfx_bridge.storage import fs
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1

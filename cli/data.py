@@ -6,7 +6,6 @@ import argparse
 import time
 from typing import Any, Callable, Dict, Optional
 
-from tfx_bridge import fs, objectstore, staging
 from tfx_bridge.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -15,6 +14,7 @@ from tfx_bridge.cli.common import (
     positive_int,
     shown,
 )
+from tfx_bridge.storage import fs, objectstore, staging
 
 INGEST_WRITES = ("Split-*", "source_schema.json")
 VALIDATE_WRITES = ("Split-*", "findings.json", "report.md", "report.html")

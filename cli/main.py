@@ -6,7 +6,6 @@ import logging
 import sys
 from typing import List, Optional
 
-from tfx_bridge import objectstore
 from tfx_bridge.cli import data, model, pipeline, serving
 from tfx_bridge.cli.common import (
     EXIT_BAD_INPUT,
@@ -17,6 +16,7 @@ from tfx_bridge.cli.common import (
     Parser,
     quiet_libraries,
 )
+from tfx_bridge.storage import objectstore
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_BUSY", "EXIT_CHECK_FAILED", "EXIT_INTERNAL", "EXIT_OK",
            "build_parser", "entry", "main"]

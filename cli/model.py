@@ -5,7 +5,6 @@ import argparse
 import json
 from typing import Any, Dict
 
-from tfx_bridge import fs, staging
 from tfx_bridge.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -16,6 +15,7 @@ from tfx_bridge.cli.common import (
     positive_int,
     shown,
 )
+from tfx_bridge.storage import fs, staging
 
 IMPORT_WRITES = ("Format-Serving", "Format-PyTorch", "report.json", "report.md")
 OPTIMIZE_WRITES = ("Format-Serving", "report.json", "report.md", "latency.png", LIBRARY_LOG)
@@ -51,7 +51,7 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
     outputs = signature.check_output_names(output_texts)
     schema = None
     if args.schema:
-        from tfx_bridge import schema_file
+        from tfx_bridge.artifacts import schema_file
         schema = schema_file.load_schema(args.schema, ImporterConfigError)
     progress = Progress(2, enabled=not args.quiet)
     with staging.staged_output(args.output, IMPORT_WRITES, "import-model") as stage:

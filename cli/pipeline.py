@@ -7,7 +7,6 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
-from tfx_bridge import fs, objectstore
 from tfx_bridge.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -18,6 +17,7 @@ from tfx_bridge.cli.common import (
     positive_int,
     shown,
 )
+from tfx_bridge.storage import fs, objectstore
 
 DEFAULT_DEMO_DIR = "demo_output"
 DEFAULT_TRAIN_STEPS = 150

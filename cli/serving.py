@@ -5,8 +5,8 @@ import argparse
 import json
 from typing import Any, Dict
 
-from tfx_bridge import fs
 from tfx_bridge.cli.common import EXIT_CHECK_FAILED, EXIT_OK, Progress, add_common, positive_int
+from tfx_bridge.storage import fs
 
 
 def _model_properties(model_dir: str) -> Dict[str, Any]:
@@ -18,7 +18,7 @@ def _model_properties(model_dir: str) -> Dict[str, Any]:
 
 
 def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
-    from tfx_bridge import savedmodel
+    from tfx_bridge.artifacts import savedmodel
     from tfx_bridge.components.serving_pusher import serving
     from tfx_bridge.components.serving_pusher.errors import PusherConfigError
 

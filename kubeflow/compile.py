@@ -39,7 +39,7 @@ def compile_pipeline(output: str, pipeline_root: str, data_root: str,
     A module *file* (``.py``) is packaged by TFX into a wheel under
     ``<pipeline_root>/_wheels/`` now, which the tasks install: on an ``s3://``
     root this process registers tensorflow-io to write it (the CLI exits cleanly
-    afterwards; see :mod:`tfx_bridge.objectstore`).
+    afterwards; see :mod:`tfx_bridge.storage.objectstore`).
     """
     try:
         from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
@@ -48,8 +48,8 @@ def compile_pipeline(output: str, pipeline_root: str, data_root: str,
         raise BridgeError(f"Kubeflow compile needs kfp ({e}): pip install 'tfx-bridge[kfp]' "
                           "-c constraints.txt") from e
 
-    from tfx_bridge import objectstore
     from tfx_bridge.pipelines import beam_args, pipeline
+    from tfx_bridge.storage import objectstore
 
     if model_source is None:
         pipeline_options.setdefault("preprocessing_module", pipeline.DEMO_PREPROCESSING)

@@ -8,7 +8,7 @@ Stock TFX code (StatisticsGen, Evaluator, the driver's span lookup, the
 executor runner's own artifact handling) reads ``s3://`` through
 ``tf.io.gfile``, which needs tensorflow-io registered in the process. When the
 task's arguments name an ``s3://`` path this registers it (configured from the
-AWS variables, :func:`tfx_bridge.objectstore.enable_tfio`), runs the module as
+AWS variables, :func:`tfx_bridge.storage.objectstore.enable_tfio`), runs the module as
 ``__main__``, and ends the process with the module's exit code without C++
 teardown: tensorflow-io 0.37.1 aborts the exit of a process that used its S3
 filesystem (tensorflow/io#2039), which Kubeflow would record as a failed task.
@@ -21,7 +21,7 @@ import sys
 import traceback
 from typing import List, Optional
 
-from tfx_bridge import objectstore
+from tfx_bridge.storage import objectstore
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -34,7 +34,7 @@ def object_store_args(paths, explicit: Optional[List[str]] = None) -> List[str]:
     """``explicit`` plus what Beam needs to reach the ``s3://`` paths among ``paths``
     (endpoint and region from the AWS variables, unless given), with
     ``sdk_container_image`` so TFX does not build an sdist per Beam run."""
-    from tfx_bridge import objectstore
+    from tfx_bridge.storage import objectstore
 
     args = list(explicit or [])
     if not objectstore.uses_s3(paths):

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tfx_bridge import fs
+from tfx_bridge.storage import fs
 
 # The demo CtrMoE model's signature (importer input specs, output names).
 CTR_INPUTS = ["item_id:int32:-1:0..999", "hour:int32:-1:0..23", "price:float32:-1:0..100",

@@ -1,6 +1,6 @@
 """The demo's ``preprocessing_fn`` for stock TFX Transform: one preprocessing graph
 for PyTorch training (Transform's materialised examples, read with
-:mod:`tfx_bridge.torch_examples`) and for TF Serving (the transform graph).
+:mod:`tfx_bridge.torch.examples`) and for TF Serving (the transform graph).
 
 - ``country`` (a string) -> ``country_id``: a vocabulary computed over the
   span, most frequent first, plus one out-of-vocabulary bucket

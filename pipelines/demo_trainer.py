@@ -4,7 +4,7 @@ on Transform's materialised examples, in PyTorch, inside the pipeline.
 The contract a ``run_fn`` keeps (README, "Training in the pipeline"):
 
 - read ``fn_args.train_files`` / ``eval_files`` with
-  :class:`tfx_bridge.torch_examples.ExamplesDataset` (features from Transform's
+  :class:`tfx_bridge.torch.examples.ExamplesDataset` (features from Transform's
   ``transformed_metadata`` schema);
 - when ``fn_args.base_model`` is set (the latest blessed model's weights),
   warm-start from it;
@@ -13,7 +13,7 @@ The contract a ``run_fn`` keeps (README, "Training in the pipeline"):
   so a rerun over unchanged data changes nothing;
 - save the state_dict, the spec (class, kwargs, serving inputs named after
   transformed features, output names) and eval metrics to
-  ``fn_args.serving_model_dir`` with :func:`tfx_bridge.torch_model.save`.
+  ``fn_args.serving_model_dir`` with :func:`tfx_bridge.torch.model.save`.
 
     PyTorchTrainer(examples=transform.outputs["transformed_examples"],
                    transform_graph=transform.outputs["transform_graph"],
@@ -42,10 +42,11 @@ def run_fn(fn_args) -> None:
     import tensorflow_transform as tft
     import torch
 
-    from tfx_bridge import torch_model, torch_training
     from tfx_bridge.pipelines import demo_preprocessing as prep
     from tfx_bridge.pipelines.demo_models import CtrTransformed
-    from tfx_bridge.torch_examples import ExamplesDataset, features_from_schema
+    from tfx_bridge.torch import model as torch_model
+    from tfx_bridge.torch import training as torch_training
+    from tfx_bridge.torch.examples import ExamplesDataset, features_from_schema
 
     config = {**DEFAULTS, **(fn_args.custom_config or {})}
     torch_training.seed_everything(int(config["seed"]))

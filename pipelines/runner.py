@@ -9,13 +9,15 @@ from tfx import v1 as tfx
 from tfx.orchestration import metadata as tfx_metadata
 from tfx.types import artifact_utils
 
-from tfx_bridge import fs, properties, schemas
+from tfx_bridge import schemas
+from tfx_bridge.artifacts import properties
+from tfx_bridge.artifacts.examples import read_records
 from tfx_bridge.components.parquet_example_gen import executor as peg_executor
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
 from tfx_bridge.errors import BridgeError
-from tfx_bridge.examples import read_records
 from tfx_bridge.pipelines import demo_data
 from tfx_bridge.pipelines import pipeline as pipelines
+from tfx_bridge.storage import fs
 
 DEMO_PIPELINE_NAME = "tfx-bridge-demo"
 METADATA_FILE = "metadata.sqlite"

@@ -20,7 +20,7 @@ from typing import Dict
 import numpy as np
 import pyarrow.parquet as pq
 
-from tfx_bridge import fs
+from tfx_bridge.storage import fs
 
 WEIGHTS_FILE = "weights.pt"
 CARD_FILE = "model_card.json"

@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 LONGEST_FIRST = (
     "pipelines/test_lifecycle.py",
     "kubeflow/test_local_run.py",
-    "tfx_bridge/test_cli.py",
+    "cli/test_cli.py",
     "components/serving_pusher/test_serving.py",
     "objectstore/test_s3_pipeline.py",
     "pipelines/test_training.py",

@@ -31,7 +31,7 @@ def test_component_cores_import_without_tfx():
             "import tfx_bridge.components.pytorch_model_importer.convert\n"
             "import tfx_bridge.components.pytorch_model_importer.transform_wrap\n"
             "import tfx_bridge.components.pytorch_trainer.check\n"
-            "import tfx_bridge.torch_model\n"
+            "import tfx_bridge.torch.model\n"
             "bad = [m for m in sys.modules if m == 'tfx' or m.startswith('tfx.')]\n"
             "assert not bad, bad\n"
             "heavy = [m for m in ('torch', 'onnx', 'onnx2tf') if m in sys.modules]\n"
@@ -128,10 +128,10 @@ _LOCAL_FILE_CALL = __import__("re").compile(
 # Where local file calls are allowed, and why: each touches only local files
 # by construction (a staging copy, a temp folder, the library's own install).
 ALLOWED_LOCAL_FILE_CALLS = {
-    "tfx_bridge/fs.py": "the filesystem layer's local backend",
-    "tfx_bridge/folders.py": "symlink checks of local folders (object stores have none)",
+    "tfx_bridge/storage/fs.py": "the filesystem layer's local backend",
+    "tfx_bridge/storage/folders.py": "symlink checks of local folders (object stores have none)",
     "cli/common.py": "the library log: a file descriptor needs a local file",
-    "tfx_bridge/staging.py": "its doctest, on a temp folder",
+    "tfx_bridge/storage/staging.py": "its doctest, on a temp folder",
     "tfx_bridge/child.py": "a warm child's stdout/stderr files in a temp folder; /proc for its RSS",
     "tfx_bridge/child_worker.py": "the stdout/stderr files its caller made for one run",
     "components/pytorch_model_importer/convert.py":
@@ -167,7 +167,7 @@ def test_cores_touch_paths_only_through_the_filesystem_layer():
                     for number, line in enumerate(f, 1):
                         if _LOCAL_FILE_CALL.search(line.split("#", 1)[0]):
                             offenders.append(f"{rel}:{number}: {line.strip()}")
-    assert not offenders, ("local file calls on paths that may be URIs (use tfx_bridge.fs, "
+    assert not offenders, ("local file calls on paths that may be URIs (use tfx_bridge.storage.fs, "
                            "or stage locally and list the file here with why):\n"
                            + "\n".join(offenders))
 
@@ -175,3 +175,22 @@ def test_cores_touch_paths_only_through_the_filesystem_layer():
 def test_allowed_local_file_calls_list_only_existing_files():
     missing = [p for p in ALLOWED_LOCAL_FILE_CALLS if not os.path.isfile(os.path.join(ROOT, p))]
     assert not missing, missing
+
+
+def test_moved_public_modules_old_names_work_and_warn():
+    """tfx_bridge.torch_model / torch_examples / torch_training (used by users' run_fn
+    modules) keep working for one release, with a DeprecationWarning naming the new home."""
+    import subprocess
+    import sys
+    code = ("import warnings\n"
+            "for old, new in (('torch_model', 'model'), ('torch_examples', 'examples'),\n"
+            "                 ('torch_training', 'training')):\n"
+            "    with warnings.catch_warnings(record=True) as caught:\n"
+            "        warnings.simplefilter('always')\n"
+            "        module = __import__(f'tfx_bridge.{old}', fromlist=['_'])\n"
+            "    moved = __import__(f'tfx_bridge.torch.{new}', fromlist=['_'])\n"
+            "    assert [w.category for w in caught] == [DeprecationWarning], caught\n"
+            "    assert f'tfx_bridge.torch.{new}' in str(caught[0].message)\n"
+            "    public = [n for n in vars(moved) if not n.startswith('_')]\n"
+            "    assert all(getattr(module, n) is getattr(moved, n) for n in public)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

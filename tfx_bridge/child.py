@@ -61,6 +61,27 @@ class ChildResult:
     stderr_tail: str  # the last stderr line, or "no output"
 
 
+# ``python -m`` puts the working folder first on sys.path, so a file there named
+# like a module (a user's queue.py, types.py or torch.py) would be imported in
+# its place inside our child, hang it or break it. This boot runs the module as
+# -m does (runpy, sys.argv[0] its file) with the working folder left off the path.
+_BOOT = ("import sys; del sys.path[0]; module = sys.argv.pop(1); import runpy; "
+         "runpy.run_module(module, run_name='__main__', alter_sys=True)")
+
+
+def module_command(module: str, *args: str) -> List[str]:
+    """The command running ``python -m module args...`` in this interpreter, immune
+    to files in the working folder shadowing modules (relative paths still work)."""
+    return [sys.executable, "-c", _BOOT, module, *args]
+
+
+def _command(args: Sequence[str]) -> List[str]:
+    args = list(args)
+    if len(args) >= 2 and args[0] == "-m":
+        return module_command(args[1], *args[2:])
+    return [sys.executable, *args]
+
+
 def _env(overrides: Optional[Mapping[str, str]]) -> Dict[str, str]:
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -84,7 +105,7 @@ def run_python(args: Sequence[str], marker: str, timeout: float,
         if len(args) < 2 or args[0] != "-m":
             raise ValueError(f"a warm child runs a module (-m NAME ...), got {list(args)[:2]}")
         return _POOL.run(args[1], list(args[2:]), marker, timeout, _env(env))
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+    proc = subprocess.run(_command(args), capture_output=True, text=True,
                           timeout=timeout, env=_env(env))
     return _result(proc.returncode, proc.stdout, proc.stderr, marker)
 
@@ -94,7 +115,7 @@ class _Worker:
 
     def __init__(self, env: Dict[str, str]):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE], stdin=subprocess.PIPE,
+            module_command(WORKER_MODULE), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
         self.uses = 0
         self.last_used = time.monotonic()

@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 
 import pyarrow as pa
 
-from tfx_bridge import layout
+from tfx_bridge.artifacts import layout
 
 FEATURE_INT = "int64_list"
 FEATURE_FLOAT = "float_list"

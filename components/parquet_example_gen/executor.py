@@ -13,9 +13,9 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
-from tfx_bridge import objectstore
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
 from tfx_bridge.components.parquet_example_gen.errors import ParquetConfigError
+from tfx_bridge.storage import objectstore
 
 COLUMNS_KEY = "columns"
 BATCH_SIZE_KEY = "batch_size"

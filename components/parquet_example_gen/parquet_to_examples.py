@@ -35,7 +35,7 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from tfx_bridge import fs, tfrecord
+from tfx_bridge.artifacts import tfrecord
 from tfx_bridge.components.parquet_example_gen.arrow_convert import (
     convert_batch,
     encode_batch,
@@ -73,7 +73,8 @@ from tfx_bridge.components.parquet_example_gen.tfrecord_writer import (  # noqa:
     BatchedTFRecordSink,
     tfrecord_frames,
 )
-from tfx_bridge.names import child
+from tfx_bridge.storage import fs
+from tfx_bridge.storage.names import child
 
 _LOG = logging.getLogger(__name__)
 
@@ -225,7 +226,7 @@ def remove_outputs(split_uris: Dict[str, str]) -> None:
 
 def count_records(split_uri: str) -> int:
     """Records in a split folder (reads the files, in bounded batches, with
-    tfx_bridge.tfrecord's checks; for summaries and tests)."""
+    tfx_bridge.artifacts.tfrecord's checks; for summaries and tests)."""
     pattern = fs.join(split_uri, f"{RECORD_FILE_PREFIX}*{RECORD_FILE_SUFFIX}")
     return sum(len(batch.records) for path in fs.glob(pattern)
                for batch in tfrecord.read_batches(path, error=ParquetDataError))

@@ -12,7 +12,6 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from tfx_bridge import fs
 from tfx_bridge.components.parquet_example_gen.arrow_types import (
     DEFAULT_BATCH_SIZE,
     FEATURE_FLOAT,
@@ -25,7 +24,8 @@ from tfx_bridge.components.parquet_example_gen.errors import (
     ParquetInputError,
     ParquetSchemaError,
 )
-from tfx_bridge.names import check_segment
+from tfx_bridge.storage import fs
+from tfx_bridge.storage.names import check_segment
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,10 +12,10 @@ from apache_beam.io import filebasedsink
 from apache_beam.io.filesystem import CompressionTypes
 from google_crc32c import value as _CRC32C  # C implementation
 
+from tfx_bridge.artifacts.tfrecord import MASK_DELTA, masked_crc
 from tfx_bridge.components.parquet_example_gen.arrow_types import (
     RECORD_FILE_SUFFIX,
 )
-from tfx_bridge.tfrecord import MASK_DELTA, masked_crc
 
 _HEADERS: Dict[int, bytes] = {}
 

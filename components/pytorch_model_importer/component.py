@@ -79,7 +79,7 @@ class PyTorchModelImporter(base_component.BaseComponent):
       model: ``standard_artifacts.Model`` with ``Format-Serving/``,
         ``report.json``, ``report.md``, custom properties ``blessed`` (1/0),
         ``source``, ``max_abs_error`` (exact: a JSON-value property, see
-        tfx_bridge.properties; absent when nothing was measured), ``rewrites``,
+        tfx_bridge.artifacts.properties; absent when nothing was measured), ``rewrites``,
         ``converter`` (the one that produced the served graph), ``source_digest``,
         ``tfx_version``.
 

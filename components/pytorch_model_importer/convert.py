@@ -34,7 +34,8 @@ import tempfile
 import time
 from typing import Optional, Sequence
 
-from tfx_bridge import examples, fs, layout, savedmodel
+from tfx_bridge.artifacts import examples, layout, savedmodel
+from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 from tfx_bridge.components.pytorch_model_importer import rewrite, transform_wrap
 from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
 from tfx_bridge.components.pytorch_model_importer.export import (  # noqa: F401  (the API)
@@ -80,7 +81,7 @@ from tfx_bridge.components.pytorch_model_importer.wrap import (  # noqa: F401
     check_inputs_against_schema,
     wrap_saved_model,
 )
-from tfx_bridge.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
+from tfx_bridge.storage import fs
 
 SERVING_DIR = savedmodel.SERVING_DIR
 REPORT_JSON = layout.REPORT_JSON

@@ -10,12 +10,13 @@ from tfx import version as tfx_version
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
-from tfx_bridge import fs, properties, schema_file
+from tfx_bridge.artifacts import properties, schema_file
 from tfx_bridge.components.pytorch_model_importer import convert, signature, source
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ImporterConfigError,
     NotEquivalent,
 )
+from tfx_bridge.storage import fs
 
 SOURCE_MODEL_KEY = "source_model"
 SCHEMA_KEY = "schema"

@@ -1,4 +1,4 @@
-"""The importer's declared signature: input specs (tfx_bridge.tensorspec) and output names.
+"""The importer's declared signature: input specs (artifacts.tensorspec) and output names.
 
 No TFX, torch or TF imports: the CLI parses specs before loading anything heavy.
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import List, Sequence
 
-from tfx_bridge import tensorspec
+from tfx_bridge.artifacts import tensorspec
+from tfx_bridge.artifacts.tensorspec import DTYPES, NAME_PATTERN, TensorSpec, make_inputs
 from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
-from tfx_bridge.tensorspec import DTYPES, NAME_PATTERN, TensorSpec, make_inputs
 
 __all__ = ["DTYPES", "TensorSpec", "check_output_names", "make_inputs", "parse_input_spec",
            "parse_input_specs"]

@@ -15,12 +15,13 @@ import json
 import os
 from typing import Optional, Sequence
 
-from tfx_bridge import fs, torch_model
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ImporterConfigError,
     ModelSourceError,
     missing_extra,
 )
+from tfx_bridge.storage import fs
+from tfx_bridge.torch import model as torch_model
 
 SOURCE_TORCHSCRIPT = "torchscript"
 SOURCE_STATE_DICT = "state_dict"

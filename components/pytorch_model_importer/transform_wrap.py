@@ -33,11 +33,11 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from tfx_bridge import compare, examples
+from tfx_bridge.artifacts import compare, examples
+from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
+from tfx_bridge.artifacts.tensorspec import TensorSpec
 from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
 from tfx_bridge.errors import short_message
-from tfx_bridge.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
-from tfx_bridge.tensorspec import TensorSpec
 
 EXAMPLE_INPUT = "examples"
 # Padding of a variable-length raw feature in serving_default: not a value.

@@ -20,12 +20,13 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfx_bridge import child, compare, examples
+from tfx_bridge import child
+from tfx_bridge.artifacts import compare, examples
+from tfx_bridge.artifacts.savedmodel import SERVING_SIGNATURE
 from tfx_bridge.components.pytorch_model_importer.errors import missing_extra
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec, make_inputs
 from tfx_bridge.components.pytorch_model_importer.source import _torch
 from tfx_bridge.errors import short_message
-from tfx_bridge.savedmodel import SERVING_SIGNATURE
 
 DEFAULT_ATOL = 1e-4
 DEFAULT_BATCH_SIZES = (1, 7, 32)

@@ -20,9 +20,9 @@ def main() -> None:
     import numpy as np
     import tensorflow as tf
 
+    from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
     from tfx_bridge.components.pytorch_model_importer import signature, verify
     from tfx_bridge.errors import short_message
-    from tfx_bridge.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 
     saved_model_dir, request, answer, spec_text = sys.argv[1:5]
     spec = json.loads(spec_text)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 from typing import List, Sequence
 
-from tfx_bridge import examples
+from tfx_bridge.artifacts import examples
+from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ConversionError,
     ImporterConfigError,
 )
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
-from tfx_bridge.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 
 EXAMPLE_INPUT = "examples"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
-from tfx_bridge import torch_model
 from tfx_bridge.components.pytorch_trainer.errors import TrainerOutputError
+from tfx_bridge.torch import model as torch_model
 
 
 def check_trained(folder: str) -> Tuple[torch_model.ModelSpec, Dict[str, float]]:
@@ -14,7 +14,7 @@ def check_trained(folder: str) -> Tuple[torch_model.ModelSpec, Dict[str, float]]
     will do); any mismatch stops the trainer here, not in the importer."""
     if not torch_model.has_model(folder):
         raise TrainerOutputError(
-            f"run_fn wrote no model to {folder}: end it with tfx_bridge.torch_model.save("
+            f"run_fn wrote no model to {folder}: end it with tfx_bridge.torch.model.save("
             "fn_args.serving_model_dir, model, spec).")
     try:
         spec = torch_model.read_spec(folder)

@@ -12,10 +12,10 @@ class PyTorchTrainer(tfx.components.Trainer):
     KubeflowV2 compilation) whose executor runs a PyTorch ``run_fn(fn_args)``.
 
     The run_fn reads ``fn_args.train_files`` / ``eval_files`` (Transform's
-    materialised examples) with :mod:`tfx_bridge.torch_examples`, trains with
-    :mod:`tfx_bridge.torch_training`, warm-starts from ``fn_args.base_model``
-    when it is set (:func:`tfx_bridge.torch_model.warm_start`), and saves with
-    :func:`tfx_bridge.torch_model.save` to ``fn_args.serving_model_dir``
+    materialised examples) with :mod:`tfx_bridge.torch.examples`, trains with
+    :mod:`tfx_bridge.torch.training`, warm-starts from ``fn_args.base_model``
+    when it is set (:func:`tfx_bridge.torch.model.warm_start`), and saves with
+    :func:`tfx_bridge.torch.model.save` to ``fn_args.serving_model_dir``
     (the Model's ``Format-PyTorch/``): the state_dict and the spec that
     PyTorchModelImporter reads. Metrics the run_fn saves become exact float
     custom properties of the Model. After the run_fn, the executor rebuilds

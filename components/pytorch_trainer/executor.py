@@ -3,7 +3,7 @@
 Everything TFX gives a ``run_fn`` is kept (train/eval files, transform output,
 schema, train_args steps, custom_config, hyperparameters), with two changes:
 ``fn_args.serving_model_dir`` is the Model artifact's ``Format-PyTorch/``
-(the run_fn saves there with :func:`tfx_bridge.torch_model.save`), and
+(the run_fn saves there with :func:`tfx_bridge.torch.model.save`), and
 ``fn_args.base_model`` is the base model's ``Format-PyTorch/`` (None when
 there is no base model, or it carries no PyTorch weights).
 """
@@ -17,8 +17,10 @@ from tfx.components.trainer import executor as trainer_executor
 from tfx.components.util import udf_utils
 from tfx.types import artifact_utils, standard_component_specs
 
-from tfx_bridge import fs, properties, torch_model
+from tfx_bridge.artifacts import properties
 from tfx_bridge.components.pytorch_trainer import check
+from tfx_bridge.storage import fs
+from tfx_bridge.torch import model as torch_model
 
 MODEL_KEY = standard_component_specs.MODEL_KEY
 BASE_MODEL_KEY = standard_component_specs.BASE_MODEL_KEY

@@ -164,7 +164,7 @@ def load_contract_file(path: str) -> Contract:
     import tensorflow as tf
     import yaml
 
-    from tfx_bridge import fs
+    from tfx_bridge.storage import fs
 
     try:
         with fs.open_file(path, "rb") as f:
@@ -224,8 +224,8 @@ def contract_from_saved_model(path: str, signature: str = "serving_default") -> 
     Inputs are matched to features by name. A signature whose only input is a
     serialized tf.Example (DT_STRING) names no features, so it yields none.
     """
-    from tfx_bridge import fs
-    from tfx_bridge.savedmodel import signature_specs
+    from tfx_bridge.artifacts.savedmodel import signature_specs
+    from tfx_bridge.storage import fs
 
     if not fs.exists(fs.join(path, "saved_model.pb")) and fs.exists(
             fs.join(path, "Format-Serving", "saved_model.pb")):

@@ -12,10 +12,11 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_bridge import fs, properties, tfrecord
+from tfx_bridge.artifacts import properties, tfrecord
 from tfx_bridge.components.schema_guard import contract as contracts
 from tfx_bridge.components.schema_guard import guard, report
 from tfx_bridge.components.schema_guard.errors import AnomaliesFound
+from tfx_bridge.storage import fs
 
 EXAMPLES_KEY = "examples"
 SCHEMA_KEY = "schema"

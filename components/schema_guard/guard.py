@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfx_bridge import fs, layout, schema_file, tfrecord
+from tfx_bridge.artifacts import layout, schema_file, tfrecord
 from tfx_bridge.components.schema_guard.contract import (
     ARROW_INT_RANGES,
     DTYPES,
@@ -42,6 +42,7 @@ from tfx_bridge.components.schema_guard.errors import (
     SchemaGuardConfigError,
     SchemaGuardInputError,
 )
+from tfx_bridge.storage import fs
 
 # Check ids: the group says which contracts disagree.
 WIRE_KIND = "data_vs_schema.wire_kind"
@@ -267,7 +268,7 @@ def read_record_batches(path: str, batch_size: int,
                         shown: Optional[str] = None) -> Iterator[Tuple[int, List[bytes]]]:
     """(index of the first record in the file, serialized records) per batch.
 
-    Read with tfx_bridge.tfrecord, which checks every header and record before
+    Read with tfx_bridge.artifacts.tfrecord, which checks every header and record before
     trusting a length: a forged header is a refusal naming file and offset, not
     a crash in TF's reader.
     """

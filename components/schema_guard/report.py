@@ -13,11 +13,12 @@ import html
 import json
 from typing import Dict, Iterable, List, Optional
 
-from tfx_bridge import fs, layout
+from tfx_bridge.artifacts import layout
 from tfx_bridge.components.schema_guard import guard
 from tfx_bridge.components.schema_guard.errors import SchemaGuardConfigError
 from tfx_bridge.components.schema_guard.guard import Finding, Findings
-from tfx_bridge.names import child
+from tfx_bridge.storage import fs
+from tfx_bridge.storage.names import child
 
 ANOMALIES_FILE = "SchemaDiff.pb"
 FINDINGS_FILE = "findings.json"

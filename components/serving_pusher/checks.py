@@ -5,6 +5,12 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from tfx_bridge import child
+from tfx_bridge.artifacts.savedmodel import (
+    SERVER_FLAGS,
+    SERVING_SIGNATURE,
+    TFLITE_FILE,
+    TFLITE_FLAG,
+)
 from tfx_bridge.components.serving_pusher.base_layout import (
     TARGETS,
 )
@@ -12,7 +18,6 @@ from tfx_bridge.components.serving_pusher.errors import (
     PusherConfigError,
     PushRefused,
 )
-from tfx_bridge.savedmodel import SERVER_FLAGS, SERVING_SIGNATURE, TFLITE_FILE, TFLITE_FLAG
 
 # --------------------------------------------------------------------------- inspect
 
@@ -35,7 +40,7 @@ def inspect_model(saved_model_dir: str, warmup_file: str = "") -> dict:
 
 def serving_signature(saved_model_dir: str, name: str = SERVING_SIGNATURE) -> dict:
     """A signature's inputs/outputs read from saved_model.pb (no graph is loaded)."""
-    from tfx_bridge.savedmodel import signature_specs
+    from tfx_bridge.artifacts.savedmodel import signature_specs
 
     return signature_specs(saved_model_dir, name, PushRefused)
 

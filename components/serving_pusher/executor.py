@@ -10,8 +10,9 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_bridge import fs, properties
+from tfx_bridge.artifacts import properties
 from tfx_bridge.components.serving_pusher import serving
+from tfx_bridge.storage import fs
 
 MODEL_KEY = "model"
 IMPORTED_MODEL_KEY = "imported_model"

@@ -25,7 +25,7 @@ pushers and a kill at any moment:
   ``saved_model.pb``; a later push removes them once older than
   :data:`STALE_AFTER_S`.
 
-No TFX imports; every call goes through :mod:`tfx_bridge.fs`.
+No TFX imports; every call goes through :mod:`tfx_bridge.storage.fs`.
 """
 from __future__ import annotations
 
@@ -34,11 +34,11 @@ import time
 import uuid
 from typing import List, Optional
 
-from tfx_bridge import fs
 from tfx_bridge.components.serving_pusher.base_layout import WARMUP_DIR, WARMUP_FILE
 from tfx_bridge.components.serving_pusher.errors import PusherConfigError, PushRefused
 from tfx_bridge.components.serving_pusher.state import State, update_state, versions
-from tfx_bridge.names import child
+from tfx_bridge.storage import fs
+from tfx_bridge.storage.names import child
 
 STAGING_ROOT = ".staging"
 MARKERS = ".versions"

@@ -19,7 +19,6 @@ import time
 import uuid
 from typing import List, Optional
 
-from tfx_bridge import fs
 from tfx_bridge.components.serving_pusher import object_store
 from tfx_bridge.components.serving_pusher.base_layout import (
     LABELS,
@@ -38,7 +37,8 @@ from tfx_bridge.components.serving_pusher.state import (  # noqa: F401  (re-expo
     update_state,
     versions,
 )
-from tfx_bridge.names import child
+from tfx_bridge.storage import fs
+from tfx_bridge.storage.names import child
 
 # --------------------------------------------------------------------------- publish
 

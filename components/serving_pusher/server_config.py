@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional, Sequence
 
-from tfx_bridge import fs
+from tfx_bridge.artifacts.savedmodel import SERVER_FLAGS
 from tfx_bridge.components.serving_pusher.base_layout import (
     _BATCHING_FIELDS,
     BATCHING_DEFAULTS,
@@ -22,7 +22,7 @@ from tfx_bridge.components.serving_pusher.errors import (
 )
 from tfx_bridge.components.serving_pusher.publish import push_lock
 from tfx_bridge.components.serving_pusher.state import State, conditional_update, versions
-from tfx_bridge.savedmodel import SERVER_FLAGS
+from tfx_bridge.storage import fs
 
 # --------------------------------------------------------------------------- configs
 
@@ -167,7 +167,7 @@ def _model_volume(base_path: str, app: str):
     """(the pod's volume source, extra objects it needs) for the base path."""
     if not fs.is_remote(base_path):
         return {"hostPath": {"path": os.path.abspath(base_path)}}, []
-    from tfx_bridge import objectstore, s3
+    from tfx_bridge.storage import objectstore, s3
 
     bucket, prefix = s3.split(base_path)
     options = ["allow-other"]

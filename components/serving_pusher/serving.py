@@ -35,7 +35,11 @@ import dataclasses
 import os
 from typing import Dict, List, Optional, Sequence
 
-from tfx_bridge import fs
+from tfx_bridge.artifacts.savedmodel import (  # noqa: F401  (TFLITE_*: re-exported)
+    SERVER_FLAGS,
+    TFLITE_FILE,
+    TFLITE_FLAG,
+)
 from tfx_bridge.components.serving_pusher.base_layout import (  # noqa: F401  (re-exported)
     BATCHING_DEFAULTS,
     BATCHING_FILE,
@@ -93,13 +97,9 @@ from tfx_bridge.components.serving_pusher.warmup import (
     synthesize_feeds,
     write_warmup,
 )
-from tfx_bridge.folders import unsafe_links
-from tfx_bridge.names import check_segment
-from tfx_bridge.savedmodel import (  # noqa: F401  (TFLITE_*: re-exported)
-    SERVER_FLAGS,
-    TFLITE_FILE,
-    TFLITE_FLAG,
-)
+from tfx_bridge.storage import fs
+from tfx_bridge.storage.folders import unsafe_links
+from tfx_bridge.storage.names import check_segment
 
 # --------------------------------------------------------------------------- push
 

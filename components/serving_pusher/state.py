@@ -3,7 +3,7 @@
 Shared by the local-disk publisher (which changes the state under its flock)
 and the object-store one (which changes it by conditional writes: an update is
 written only if nobody wrote since it was read, else re-read and re-applied).
-Goes through :mod:`tfx_bridge.fs` only. No TFX imports.
+Goes through :mod:`tfx_bridge.storage.fs` only. No TFX imports.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import random
 import time
 from typing import Callable, Dict, List, Optional
 
-from tfx_bridge import fs
 from tfx_bridge.components.serving_pusher.base_layout import LABELS, STATE_FILE, TARGETS
 from tfx_bridge.components.serving_pusher.errors import PusherConfigError, PushLocked
+from tfx_bridge.storage import fs
 
 # Conditional writes retried this often before a push gives up as busy (exit 4):
 # each retry means another push wrote in between, so this is heavy contention.

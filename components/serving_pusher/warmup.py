@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
-from tfx_bridge import fs
+from tfx_bridge.artifacts.savedmodel import SERVING_SIGNATURE
 from tfx_bridge.components.serving_pusher.base_layout import (
     MAX_WARMUP,
 )
 from tfx_bridge.components.serving_pusher.errors import (
     PusherConfigError,
 )
-from tfx_bridge.savedmodel import SERVING_SIGNATURE
+from tfx_bridge.storage import fs
 
 # --------------------------------------------------------------------------- warmup
 
@@ -40,8 +40,8 @@ def write_warmup(path: str, model_name: str, signature: dict, feeds: Sequence[Di
 def synthesize_feeds(signature: dict, count: int, batch: int = 1,
                      examples_dir: Optional[str] = None) -> List[Dict]:
     """Warmup inputs: from Examples when given, else within each input's dtype."""
-    from tfx_bridge import examples
-    from tfx_bridge.tensorspec import TensorSpec, make_inputs
+    from tfx_bridge.artifacts import examples
+    from tfx_bridge.artifacts.tensorspec import TensorSpec, make_inputs
 
     specs = []
     for name, s in sorted(signature["inputs"].items()):

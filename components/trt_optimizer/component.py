@@ -62,7 +62,7 @@ class TrtOptimizer(base_component.BaseComponent):
         ``report.json``, ``report.md``, ``latency.png``; custom properties
         ``blessed``, ``backend``, ``precision``, ``requires_gpu``,
         ``serving_flags``, ``latency_p50_ms_before`` / ``_after`` (exact:
-        JSON-value properties, see tfx_bridge.properties).
+        JSON-value properties, see tfx_bridge.artifacts.properties).
 
     Example:
       >>> from tfx_bridge.components import TrtOptimizer

@@ -12,9 +12,11 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_bridge import fs, properties, torch_model
+from tfx_bridge.artifacts import properties
 from tfx_bridge.components.trt_optimizer import optimize
 from tfx_bridge.components.trt_optimizer.errors import Drifted
+from tfx_bridge.storage import fs
+from tfx_bridge.torch import model as torch_model
 
 MODEL_KEY = "model"
 EXAMPLES_KEY = "examples"

@@ -48,18 +48,20 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfx_bridge import child, compare, fs, layout, savedmodel
-from tfx_bridge.components.trt_optimizer import tflite
-from tfx_bridge.components.trt_optimizer.detect import Probe
-from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError, OptimizerError
-from tfx_bridge.errors import short_message
-from tfx_bridge.savedmodel import (
+from tfx_bridge import child
+from tfx_bridge.artifacts import compare, layout, savedmodel
+from tfx_bridge.artifacts.savedmodel import (
     EXAMPLE_SIGNATURE,
     SERVING_SIGNATURE,
     TFLITE_FILE,
     TFLITE_FLAG,
     XLA_FLAG,
 )
+from tfx_bridge.components.trt_optimizer import tflite
+from tfx_bridge.components.trt_optimizer.detect import Probe
+from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError, OptimizerError
+from tfx_bridge.errors import short_message
+from tfx_bridge.storage import fs
 
 SERVING_DIR = savedmodel.SERVING_DIR
 NOXLA_SIGNATURE = "serving_default_noxla"
@@ -132,7 +134,7 @@ def resolve_saved_model(path: str) -> str:
 def _input_specs(saved_model_dir: str, fn):
     """The serving inputs as importer TensorSpecs, with value ranges when the importer
     recorded them (report.json beside Format-Serving), so random inputs stay valid."""
-    from tfx_bridge import tensorspec
+    from tfx_bridge.artifacts import tensorspec
 
     declared = {}
     report = fs.join(fs.dirname(saved_model_dir.rstrip("/")), IMPORTER_REPORT)
@@ -161,7 +163,7 @@ def representative_inputs(specs, batch: int, seed: int, examples_dir: Optional[s
     never checked on the rows it was timed on (given at least two records).
     Random inputs differ by ``seed``.
     """
-    from tfx_bridge import examples, tensorspec
+    from tfx_bridge.artifacts import examples, tensorspec
 
     if examples_dir:
         real = examples.inputs_from_examples(examples_dir, specs, 2 * max(batch, 32),

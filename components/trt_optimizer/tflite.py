@@ -30,8 +30,8 @@ import tempfile
 from typing import List, Sequence, Tuple
 
 from tfx_bridge import child
+from tfx_bridge.artifacts.savedmodel import SERVING_SIGNATURE, TFLITE_FILE, TFLITE_FLAG
 from tfx_bridge.components.trt_optimizer.errors import OptimizerError
-from tfx_bridge.savedmodel import SERVING_SIGNATURE, TFLITE_FILE, TFLITE_FLAG
 
 # Abramowitz & Stegun 7.1.26: erf(x) = 1 - (a1 t + ... + a5 t^5) exp(-x^2),
 # t = 1 / (1 + p x), for x >= 0; odd symmetry for x < 0.

@@ -7,10 +7,12 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 
-from tfx_bridge import fs, schemas, torch_model  # noqa: E402
+from tfx_bridge import schemas  # noqa: E402
 from tfx_bridge.kubeflow import compile as kfp_compile  # noqa: E402
 from tfx_bridge.kubeflow import local_run  # noqa: E402
 from tfx_bridge.pipelines import demo_data, demo_preprocessing, demo_trainer  # noqa: E402
+from tfx_bridge.storage import fs  # noqa: E402
+from tfx_bridge.torch import model as torch_model  # noqa: E402
 
 USER_TRAINER = '''"""A user's trainer module file: TFX packages it into a wheel at compile time."""
 from tfx_bridge.pipelines import demo_trainer

@@ -7,7 +7,7 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tfx_bridge import fs
+from tfx_bridge.storage import fs
 
 
 def _upload(local: str, remote: str) -> str:
@@ -158,7 +158,7 @@ def test_push_gs_base_path_refused_nothing_written(tmp_path, monkeypatch, scaled
 def test_s3_missing_bucket_is_a_refusal_naming_the_path(s3_server):
     import pytest
 
-    from tfx_bridge.objectstore import ObjectStoreError
+    from tfx_bridge.storage.objectstore import ObjectStoreError
 
     with pytest.raises(ObjectStoreError, match=r"s3://no-such-bucket-here/x: NoSuchBucket .*"
                        r"Check the bucket name"):

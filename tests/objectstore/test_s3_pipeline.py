@@ -13,8 +13,9 @@ import tensorflow as tf  # noqa: E402
 from google.protobuf import text_format  # noqa: E402
 from tensorflow_serving.config import model_server_config_pb2  # noqa: E402
 
-from tfx_bridge import fs, tfrecord  # noqa: E402
+from tfx_bridge.artifacts import tfrecord  # noqa: E402
 from tfx_bridge.pipelines import demo_data, train_demo_model  # noqa: E402
+from tfx_bridge.storage import fs  # noqa: E402
 
 
 @pytest.mark.slow

@@ -12,8 +12,8 @@ import yaml
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
-from tfx_bridge import fs, s3
 from tfx_bridge.components.serving_pusher import object_store, serving
+from tfx_bridge.storage import fs, s3
 
 
 @pytest.fixture(scope="module")

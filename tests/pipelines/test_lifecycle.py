@@ -30,12 +30,13 @@ from ml_metadata.proto import metadata_store_pb2  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 from tfx.orchestration import metadata as tfx_metadata  # noqa: E402
 
-from tfx_bridge import cli, torch_model  # noqa: E402
+from tfx_bridge import cli  # noqa: E402
+from tfx_bridge.artifacts.examples import read_records  # noqa: E402
 from tfx_bridge.components.schema_guard.errors import AnomaliesFound  # noqa: E402
 from tfx_bridge.components.serving_pusher import serving  # noqa: E402
 from tfx_bridge.components.trt_optimizer import optimize  # noqa: E402
-from tfx_bridge.examples import read_records  # noqa: E402
 from tfx_bridge.pipelines import demo_data, demo_models, demo_preprocessing, runner  # noqa: E402
+from tfx_bridge.torch import model as torch_model  # noqa: E402
 
 ROWS = 1200
 # The optimizer's timing rounds are not what this test is about. AUC must reach 0.6:

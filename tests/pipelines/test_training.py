@@ -24,18 +24,21 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_transform as tft  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
-from tfx_bridge import fs, properties, schemas, torch_model  # noqa: E402
+from tfx_bridge import schemas  # noqa: E402
+from tfx_bridge.artifacts import properties  # noqa: E402
+from tfx_bridge.artifacts.examples import read_records  # noqa: E402
+from tfx_bridge.artifacts.tensorspec import parse_input_specs  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer import convert  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.errors import (  # noqa: E402
     ImporterConfigError,
 )
 from tfx_bridge.components.pytorch_trainer import PyTorchTrainer  # noqa: E402
 from tfx_bridge.components.pytorch_trainer import executor as trainer_executor  # noqa: E402
-from tfx_bridge.examples import read_records  # noqa: E402
 from tfx_bridge.pipelines import demo_data, demo_preprocessing, demo_trainer, runner  # noqa: E402
 from tfx_bridge.pipelines import pipeline as pipelines  # noqa: E402
-from tfx_bridge.tensorspec import parse_input_specs  # noqa: E402
-from tfx_bridge.torch_examples import ExamplesDataset, features_from_schema  # noqa: E402
+from tfx_bridge.storage import fs  # noqa: E402
+from tfx_bridge.torch import model as torch_model  # noqa: E402
+from tfx_bridge.torch.examples import ExamplesDataset, features_from_schema  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
-from tfx_bridge import tfrecord
+from tfx_bridge.artifacts import tfrecord
 
 PROBE = os.path.join(os.path.dirname(__file__), "rss_probe.py")
 MB = 1 << 20

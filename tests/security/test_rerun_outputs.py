@@ -12,7 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
-from tfx_bridge import cli, staging, tfrecord
+from tfx_bridge import cli
+from tfx_bridge.artifacts import tfrecord
+from tfx_bridge.storage import staging
 
 
 def _main(capfd, *args):

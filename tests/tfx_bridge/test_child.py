@@ -109,3 +109,24 @@ def test_run_python_warm_idle_workers_capped_least_recent_stopped(tmp_path, monk
     child.run_python(["-m", "probe"], "OUT ", timeout=60, env={**env, "X": "1"}, warm=True)
     again = child.run_python(["-m", "probe"], "OUT ", timeout=60, env=env, warm=True)
     assert again.payload["pid"] != first.payload["pid"]  # the first worker was let go
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_run_python_file_in_working_folder_named_like_module_not_imported(
+        tmp_path, monkeypatch, warm):
+    """A user's json.py or queue.py in the folder they run from must not replace the
+    module inside our children (python -m would put that folder first on sys.path);
+    relative paths still resolve against it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("json", "queue", "probe"):
+        (work / f"{name}.py").write_text("raise SystemExit('shadowed: imported from cwd')\n")
+    (work / "data.txt").write_text("relative ok")
+    env = _module(tmp_path, "import json, queue, sys\n"
+                            "print('OUT ' + json.dumps(open(sys.argv[1]).read()))\n")
+    env["X_SHADOW_TEST"] = "1"  # a worker of its own, started in this folder
+    monkeypatch.chdir(work)
+    result = child.run_python(["-m", "probe", "data.txt"], "OUT ", timeout=120, env=env,
+                              warm=warm)
+    assert result.returncode == 0, result.stderr_tail
+    assert result.payload == "relative ok"

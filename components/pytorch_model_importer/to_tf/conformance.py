@@ -362,7 +362,9 @@ def _run_child(kind: str, root: str, names: Sequence[str], timeout_s: float,
     import subprocess
     import tempfile
 
-    cmd = [sys.executable, "-m", _MODULE, "--worker", kind, root, log_path, *names]
+    from tfx_bridge import child
+
+    cmd = child.module_command(_MODULE, "--worker", kind, root, log_path, *names)
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=_child_env(),
                                 start_new_session=True)

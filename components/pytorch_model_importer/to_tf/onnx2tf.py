@@ -16,6 +16,7 @@ import subprocess
 import sys
 from typing import Dict, List, Optional, Sequence
 
+from tfx_bridge import child
 from tfx_bridge.components.pytorch_model_importer import rewrite
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ConversionError,
@@ -81,7 +82,7 @@ def convert(onnx_path: str, workdir: str, inputs: Sequence[TensorSpec],
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     keep_copy = os.path.join(workdir, "model_for_onnx2tf_in.onnx")
     shutil.copyfile(private, keep_copy)  # onnx2tf rewrites its input in place
-    proc = subprocess.run([sys.executable, "-m", RUNNER_MODULE, private, out, keep],
+    proc = subprocess.run(child.module_command(RUNNER_MODULE, private, out, keep),
                           capture_output=True, text=True, env=env, cwd=workdir,
                           timeout=TIMEOUT_S)
     if proc.returncode != 0 or not os.path.exists(os.path.join(out, "saved_model.pb")):

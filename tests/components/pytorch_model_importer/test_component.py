@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 
 from tfx import v1 as tfx  # noqa: E402
 
-from tfx_bridge import properties, schemas  # noqa: E402
+from tfx_bridge import schemas  # noqa: E402
+from tfx_bridge.artifacts import properties  # noqa: E402
 from tfx_bridge.components import ParquetExampleGen, PyTorchModelImporter  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.errors import (  # noqa: E402
     ImporterConfigError,

@@ -10,10 +10,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 
-from tfx_bridge import torch_model, torch_training  # noqa: E402
 from tfx_bridge.components.pytorch_trainer import PyTorchTrainer, TrainerOutputError  # noqa: E402
 from tfx_bridge.components.pytorch_trainer.check import check_trained  # noqa: E402
 from tfx_bridge.components.pytorch_trainer.executor import Executor  # noqa: E402
+from tfx_bridge.torch import model as torch_model  # noqa: E402
+from tfx_bridge.torch import training as torch_training  # noqa: E402
 
 SPEC = torch_model.ModelSpec("torch.nn:Linear", {"in_features": 2, "out_features": 1},
                              ["x:float32:-1,2"], ["y"])

@@ -342,7 +342,7 @@ def test_scan_forged_record_length_refused_not_allocated(tmp_path):
     # The 76-byte file whose header claims a terabyte crashed TF's reader (SIGSEGV).
     import struct
 
-    from tfx_bridge import tfrecord
+    from tfx_bridge.artifacts import tfrecord
 
     head = struct.pack("<Q", 1 << 40)
     forged = head + struct.pack("<I", tfrecord.masked_crc(head)) + b"\0" * 64

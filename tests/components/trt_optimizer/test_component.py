@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 
 from tfx import v1 as tfx  # noqa: E402
 
-from tfx_bridge import properties  # noqa: E402
+from tfx_bridge.artifacts import properties  # noqa: E402
 from tfx_bridge.components import PyTorchModelImporter, TrtOptimizer  # noqa: E402
 from tfx_bridge.components.trt_optimizer import optimize  # noqa: E402
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError  # noqa: E402

@@ -223,7 +223,7 @@ def test_cli_optimize_json_reports_backend(imported_moe, tmp_path):
 
 
 def test_representative_inputs_held_out_rows_disjoint_from_timing_rows(tmp_path):
-    from tfx_bridge import tensorspec
+    from tfx_bridge.artifacts import tensorspec
 
     split = tmp_path / "Split-eval"
     split.mkdir()

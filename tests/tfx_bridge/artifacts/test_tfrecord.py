@@ -1,4 +1,4 @@
-"""tfx_bridge.tfrecord: untrusted record files are refused with file and offset, never crash."""
+"""tfx_bridge.artifacts.tfrecord: untrusted record files are refused with file and offset."""
 from __future__ import annotations
 
 import gzip
@@ -7,7 +7,7 @@ import struct
 import pytest
 import tensorflow as tf
 
-from tfx_bridge import tfrecord
+from tfx_bridge.artifacts import tfrecord
 from tfx_bridge.errors import BridgeError
 
 

@@ -13,7 +13,7 @@ through boto3 with ``--s3_*`` pipeline options. Users set what boto3 reads:
 and :func:`tfio_env` maps them onto tensorflow-io's variables (for stock TFX
 components, which read s3 through tf.io.gfile), :func:`beam_s3_args` onto
 Beam's options (explicit options win). tfx-bridge's own cores read s3 through
-boto3 (:mod:`tfx_bridge.s3`): tensorflow-io 0.37.1, the last release for TF
+boto3 (:mod:`tfx_bridge.storage.s3`): tensorflow-io 0.37.1, the last release for TF
 2.16, aborts a process that used its S3 filesystem at exit (exit 134,
 tensorflow/io#2039). No TFX imports.
 

@@ -9,7 +9,7 @@ chunks (gzip streamed, so a compressed file never expands whole in memory)
 and checks each record's CRC. A file whose first header fails its checksum is
 not a TFRecord file, and says so.
 
-Paths may be URIs (read through :mod:`tfx_bridge.fs`). Gzip is detected from the
+Paths may be URIs (read through :mod:`tfx_bridge.storage.fs`). Gzip is detected from the
 file's magic bytes, not its name.
 
 Example:
@@ -27,8 +27,8 @@ import struct
 import zlib
 from typing import Iterator, List, Optional, Type
 
-from tfx_bridge import fs
 from tfx_bridge.errors import BridgeError
+from tfx_bridge.storage import fs
 
 # tf.Examples are rarely more than a few MB; an image or audio clip may be tens.
 DEFAULT_MAX_RECORD_BYTES = 64 << 20

@@ -9,7 +9,7 @@ ones moved in and the earlier ones deleted. A failed run deletes its staging
 folder and leaves the earlier results as they were.
 
 An output holding entries the verb does not write (someone's own files) is
-refused rather than cleared. Paths may be URIs (tfx_bridge.fs).
+refused rather than cleared. Paths may be URIs (tfx_bridge.storage.fs).
 
 Example:
     >>> import os, tempfile
@@ -27,9 +27,9 @@ import fnmatch
 import uuid
 from typing import Iterator, Sequence, Type
 
-from tfx_bridge import fs
 from tfx_bridge.errors import BridgeError
-from tfx_bridge.names import child
+from tfx_bridge.storage import fs
+from tfx_bridge.storage.names import child
 
 STAGING_PREFIX = ".tfx-bridge-staging-"
 REPLACED_PREFIX = ".tfx-bridge-replaced-"

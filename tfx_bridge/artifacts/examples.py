@@ -10,9 +10,10 @@ from typing import Dict, List, Optional, Sequence, Type
 
 import numpy as np
 
-from tfx_bridge import fs, tfrecord
+from tfx_bridge.artifacts import tfrecord
+from tfx_bridge.artifacts.tensorspec import TensorSpec
 from tfx_bridge.errors import BridgeError, informative_line
-from tfx_bridge.tensorspec import TensorSpec
+from tfx_bridge.storage import fs
 
 
 def feature_spec(spec: TensorSpec, error: Type[Exception] = BridgeError):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import List
 
-from tfx_bridge.names import is_inside
+from tfx_bridge.storage.names import is_inside
 
 
 def unsafe_links(folder: str) -> List[str]:

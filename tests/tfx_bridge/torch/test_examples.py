@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 
 import tensorflow as tf  # noqa: E402
 
-from tfx_bridge.torch_examples import (  # noqa: E402
+from tfx_bridge.torch.examples import (  # noqa: E402
     ExamplesDataset,
     ExamplesReadError,
     Feature,

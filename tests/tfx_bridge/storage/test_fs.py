@@ -1,10 +1,10 @@
-"""tfx_bridge.fs on local disk (s3 is tested against a server in tests/objectstore)."""
+"""tfx_bridge.storage.fs on local disk (s3 is tested against a server in tests/objectstore)."""
 from __future__ import annotations
 
 import os
 import threading
 
-from tfx_bridge import fs
+from tfx_bridge.storage import fs
 
 
 def test_create_if_absent_one_winner_among_concurrent_creators(tmp_path):

@@ -1,4 +1,4 @@
-"""tfx_bridge.names: writes and deletes stay inside their root."""
+"""tfx_bridge.storage.names: writes and deletes stay inside their root."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 
 from tfx_bridge.errors import BridgeError
-from tfx_bridge.names import child, is_inside
+from tfx_bridge.storage.names import child, is_inside
 
 
 @pytest.mark.parametrize("parts", [("..", "evil"), ("a/../../evil",), ("/etc",)])

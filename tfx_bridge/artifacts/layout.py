@@ -1,5 +1,5 @@
 """File names inside artifacts that more than one component reads (docs/ARCHITECTURE.md)."""
-from tfx_bridge.savedmodel import SERVING_DIR
+from tfx_bridge.artifacts.savedmodel import SERVING_DIR
 
 __all__ = ["REPORT_JSON", "REPORT_MD", "SERVING_DIR", "SOURCE_SCHEMA_FILE"]
 

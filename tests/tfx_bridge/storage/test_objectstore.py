@@ -1,9 +1,9 @@
-"""tfx_bridge.objectstore: the AWS variables mapped for Beam and tensorflow-io."""
+"""tfx_bridge.storage.objectstore: the AWS variables mapped for Beam and tensorflow-io."""
 from __future__ import annotations
 
 import pytest
 
-from tfx_bridge import objectstore
+from tfx_bridge.storage import objectstore
 
 ENV = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "eu-west-1",
        "AWS_ENDPOINT_URL": "https://minio.example:9000"}

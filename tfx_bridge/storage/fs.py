@@ -7,7 +7,7 @@ pipelines use Beam's ``FileSystems`` inside their transforms; tools that need lo
 (torch.load, onnx2tf, onnxruntime, the TFLite converter) get a local copy from
 :func:`local_copy` and write back through :func:`local_output`.
 
-``s3://`` goes through boto3 (:mod:`tfx_bridge.s3`, the ``[s3]`` extra),
+``s3://`` goes through boto3 (:mod:`tfx_bridge.storage.s3`, the ``[s3]`` extra),
 configured by the standard AWS variables; ``gs://`` through TF's built-in
 filesystem.
 
@@ -49,7 +49,7 @@ def dirname(path: str) -> str:
 def _s3(path: str):
     """The s3 backend (boto3) for s3:// paths, else None (tf.io.gfile)."""
     if path.startswith("s3://"):
-        from tfx_bridge import s3
+        from tfx_bridge.storage import s3
 
         return s3
     return None

@@ -4,7 +4,7 @@ boto3 reads the standard variables itself (``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``), so nothing
 is mapped here. tfx-bridge's own cores use this, not TF's s3 plug-in
 (tensorflow-io 0.37.1 aborts the process at exit once it has touched s3;
-see :mod:`tfx_bridge.objectstore`). Folders are key prefixes; a key ending in
+see :mod:`tfx_bridge.storage.objectstore`). Folders are key prefixes; a key ending in
 "/" is a folder marker. No TFX imports.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import io
 import threading
 from typing import Iterator, List, Optional, Tuple
 
-from tfx_bridge.objectstore import ObjectStoreError, check_credentials
+from tfx_bridge.storage.objectstore import ObjectStoreError, check_credentials
 
 _LOCAL = threading.local()
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Type
 
-from tfx_bridge import fs
 from tfx_bridge.errors import BridgeError
+from tfx_bridge.storage import fs
 
 SCHEMA_FILE = "schema.pbtxt"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Type
 
-from tfx_bridge import fs
+from tfx_bridge.storage import fs
 
 # Where a Model artifact keeps its SavedModel (TFX's serving-model layout).
 SERVING_DIR = "Format-Serving"
