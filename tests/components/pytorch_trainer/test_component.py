@@ -33,7 +33,7 @@ def test_pytorch_trainer_is_stock_trainer_with_bridge_executor():
 
 
 def test_check_trained_nothing_saved_says_how(tmp_path):
-    with pytest.raises(TrainerOutputError, match=r"run_fn wrote no model.*torch_model\.save"):
+    with pytest.raises(TrainerOutputError, match=r"run_fn wrote no model.*torch\.model\.save"):
         check_trained(str(tmp_path))
 
 
