@@ -128,7 +128,8 @@ _LOCAL_FILE_CALL = __import__("re").compile(
 # Where local file calls are allowed, and why: each touches only local files
 # by construction (a staging copy, a temp folder, the library's own install).
 ALLOWED_LOCAL_FILE_CALLS = {
-    "tfx_bridge/storage/fs.py": "the filesystem layer's local backend",
+    "tfx_bridge/storage/local.py": "the filesystem layer's local backend",
+    "tfx_bridge/storage/fs.py": "local_copy / local_output: their local temp folders",
     "tfx_bridge/storage/folders.py": "symlink checks of local folders (object stores have none)",
     "cli/common.py": "the library log: a file descriptor needs a local file",
     "tfx_bridge/storage/staging.py": "its doctest, on a temp folder",

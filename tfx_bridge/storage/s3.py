@@ -236,7 +236,9 @@ def read_bytes(path: str) -> bytes:
 
 
 @_reported
-def write_bytes(path: str, data: bytes) -> None:
+def write_bytes(path: str, data: bytes, sync: bool = False) -> None:
+    """One PUT: the object appears whole, and is durable once it returns (``sync``
+    changes nothing here)."""
     bucket, key = split(path)
     _client().put_object(Bucket=bucket, Key=key, Body=data)
 
@@ -285,7 +287,9 @@ def write_if(path: str, data: bytes, tag: Optional[str]) -> bool:
 
 
 @_reported
-def copy(src: str, dst: str) -> None:
+def copy(src: str, dst: str, overwrite: bool = True) -> None:
+    if not overwrite and isfile(dst):
+        raise FileExistsError(f"{dst} exists")
     sb, sk = split(src)
     db, dk = split(dst)
     _client().copy({"Bucket": sb, "Key": sk}, db, dk)

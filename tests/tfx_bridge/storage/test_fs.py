@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
+
 from tfx_bridge.storage import fs
 
 
@@ -54,3 +56,25 @@ def test_hash_file_in_chunks_equals_hash_of_whole_bytes(tmp_path):
     h = hashlib.sha256()
     fs.hash_file(h, str(tmp_path / "f"), chunk=4096)  # 3 chunks, the last one short
     assert h.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_fs_scheme_dispatch_local_s3_gfile_and_a_registered_backend(monkeypatch, tmp_path):
+    """Each call goes to the backend of the path's scheme; a new scheme is one module
+    with the same function names and one BACKENDS entry."""
+    import sys
+    import types
+
+    assert fs._backend(str(tmp_path)).__name__ == "tfx_bridge.storage.local"
+    assert fs._backend("s3://bucket/key").__name__ == "tfx_bridge.storage.s3"
+    assert fs._backend("gs://bucket/key").__name__ == "tfx_bridge.storage.gfile"
+    store = {}
+    mem = types.ModuleType("mem_backend")
+    mem.exists = lambda path: path in store
+    mem.write_bytes = lambda path, data, sync=False: store.__setitem__(path, data)
+    mem.read_bytes = lambda path: store[path]
+    monkeypatch.setitem(sys.modules, "mem_backend", mem)
+    monkeypatch.setitem(fs.BACKENDS, "mem", "mem_backend")
+    fs.write_text("mem://x/a.txt", "hi")
+    assert fs.exists("mem://x/a.txt") and fs.read_text("mem://x/a.txt") == "hi"
+    with pytest.raises(NotImplementedError, match="write if on mem://x/a.txt: object stores"):
+        fs.write_if("mem://x/a.txt", b"", None)

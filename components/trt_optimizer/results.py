@@ -1,0 +1,67 @@
+"""TrtOptimizer's constants and the records of a run: latencies, drift, one
+candidate's result, the whole result."""
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional
+
+from tfx_bridge.artifacts import layout, savedmodel
+
+SERVING_DIR = savedmodel.SERVING_DIR
+NOXLA_SIGNATURE = "serving_default_noxla"
+# What a Transform-wrapped SavedModel exposes beside its signatures (docs/ARCHITECTURE.md).
+TRANSFORM_WRAPPED_ATTRIBUTES = ("inner", "transform_raw", "transform_examples")
+REPORT_JSON = layout.REPORT_JSON
+REPORT_MD = layout.REPORT_MD
+REPORT_PNG = "latency.png"
+IMPORTER_REPORT = layout.REPORT_JSON
+PRECISIONS = ("fp32", "fp16", "int8")
+BACKEND_ORIGINAL = "original"
+BACKEND_TENSORRT = "tensorrt"
+DEFAULT_ATOL = 1e-4
+DEFAULT_ITERATIONS = 100  # timed calls per candidate and batch size
+DEFAULT_BATCHES = (1, 32)
+DEFAULT_OP_DENYLIST = ("TopKV2",)
+
+
+@dataclasses.dataclass
+class Latency:
+    batch: int
+    p50_ms: float
+    p99_ms: float
+
+
+@dataclasses.dataclass
+class Drift:
+    output: str
+    dtype: str
+    max_abs: float
+    max_rel: float
+    mismatches: int
+    topk_agreement: Optional[float]
+    ok: bool
+
+
+@dataclasses.dataclass
+class CandidateResult:
+    name: str
+    backend: str
+    serving_flags: List[str]
+    latency: List[Latency] = dataclasses.field(default_factory=list)
+    drift: List[Drift] = dataclasses.field(default_factory=list)
+    error: Optional[str] = None
+    notes: List[str] = dataclasses.field(default_factory=list)  # rewrites applied
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(d.ok for d in self.drift)
+
+
+@dataclasses.dataclass
+class OptimizeResult:
+    blessed: bool
+    backend: str
+    precision: str
+    requires_gpu: bool
+    serving_flags: List[str]
+    report: dict
