@@ -195,3 +195,28 @@ def test_moved_public_modules_old_names_work_and_warn():
             "    public = [n for n in vars(moved) if not n.startswith('_')]\n"
             "    assert all(getattr(module, n) is getattr(moved, n) for n in public)\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+MAX_MODULE_LINES = 400
+
+
+def test_modules_over_400_lines_state_why():
+    """A module over ~400 lines says why in its docstring (a 'Size:' paragraph):
+    otherwise it is split by stage or concern."""
+    import ast
+
+    long = []
+    for folder in ("components", "tfx_bridge", "pipelines", "kubeflow", "cli"):
+        for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
+            for name in files:
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(dirpath, name)
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+                if text.count("\n") <= MAX_MODULE_LINES:
+                    continue
+                doc = ast.get_docstring(ast.parse(text)) or ""
+                if "\nSize: " not in "\n" + doc:
+                    long.append(f"{os.path.relpath(path, ROOT)} ({text.count(chr(10))} lines)")
+    assert not long, "split these, or say why they are this long (Size: ...):\n" + "\n".join(long)

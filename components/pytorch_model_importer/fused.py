@@ -33,6 +33,10 @@ writes the same math with standard ONNX ops (no Loop, default domain only):
 
 :func:`fused_kernels` lists the kernels a TorchScript module's graph holds, and
 :func:`rewrites` turns them into the import report's entries.
+
+Size: one symbolic per fused kernel, each a faithful copy of the kernel's math
+(masks, norm order, bag modes); split further they would scatter one export
+mechanism over files that are always read together.
 """
 from __future__ import annotations
 

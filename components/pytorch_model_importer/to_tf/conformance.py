@@ -12,6 +12,10 @@ tests/components/pytorch_model_importer/test_conformance.py: worker children
 convert and save SavedModels (ours, or plain onnx2tf for comparison), then a
 fresh child with oneDNN off (``TF_ENABLE_ONEDNN_OPTS=0``) loads each one and
 runs ``serving_default`` on the case's inputs.
+
+Size: the case runner, its worker children and the report they feed are one
+protocol (case lists, timeouts, per-case verdicts); kept together so the
+benchmark and the test cannot drift apart.
 """
 from __future__ import annotations
 

@@ -25,6 +25,9 @@ How a graph becomes a SavedModel:
 - Every attribute a node carries must be one its handler declares, and each
   handler refuses the variants it does not implement by name
   (:class:`Unsupported`); :func:`check_model` finds those before tracing.
+
+Size: the interpreter (graph walk, constant folding, static-shape checks,
+the handler registry and contract) is one mechanism every op module relies on.
 """
 from __future__ import annotations
 

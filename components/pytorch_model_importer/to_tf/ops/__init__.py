@@ -2,10 +2,13 @@
 from tfx_bridge.components.pytorch_model_importer.to_tf.core import add_fixes  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.to_tf.ops import (  # noqa: F401
     control,
+    conv,
     elementwise,
     linalg,
     loss,
-    nn,
+    norm,
+    pool,
+    resample,
     tensor,
 )
 

@@ -13,6 +13,9 @@ See to_tf/core.py for the handler contract. Control flow:
 Random ops are registered with ``fold=False``: they draw at serving time.
 Sequence, optional, string and the other quantized ops are not registered:
 core refuses them by name (:data:`OP_FIXES` holds the fixes to show).
+
+Size: an op table; If/Loop/Scan share the sub-graph interpreter glue, and the
+random and (de)quantize ops are small handlers beside them.
 """
 from __future__ import annotations
 

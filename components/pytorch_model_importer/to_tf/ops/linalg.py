@@ -4,6 +4,9 @@ MatMul, Gemm, Einsum, Det, the Reduce* family, Softmax/LogSoftmax/Hardmax and th
 recurrent ops LSTM/GRU/RNN. Integer dtypes that TF's CPU kernels lack for an op are
 computed in int64 and cast back, which is exact for wrapping integer arithmetic;
 quantized matmuls are refused by name.
+
+Size: an op table (about 25 ONNX ops, each a short self-contained handler);
+the recurrent ops share the gate helpers with MatMul/Gemm's dtype handling.
 """
 from __future__ import annotations
 

@@ -5,6 +5,9 @@ index-producing ops (TopK, ArgMax, NonZero, Unique, ...). Layouts stay as in
 ONNX; shapes that are only known at run time are built from ``tf.shape`` so
 dynamic dimensions are never frozen. Shape arithmetic over constants is
 folded in numpy where the result is needed as a Python value (axes, perms).
+
+Size: an op table (about 45 ONNX ops, each a short self-contained handler
+over shared shape-folding helpers).
 """
 from __future__ import annotations
 

@@ -1,0 +1,234 @@
+"""ONNX Conv, ConvTranspose and DeformConv in ONNX semantics (see to_tf/core.py for
+the handler contract).
+
+Tensors stay in ONNX's NC<spatial> layout and are transposed channel-last
+around TF's kernels. Grouped convolution, which has no CPU kernel, runs as
+depthwise or as split + concat. ConvTranspose runs as a stride-1 convolution
+over the zero-upsampled input with the flipped kernel, so 1-D/2-D/3-D,
+dilations, groups and any pads share one exact path.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tfx_bridge.components.pytorch_model_importer.to_tf.core import op
+from tfx_bridge.components.pytorch_model_importer.to_tf.ops.spatial import (
+    _attr_list,
+    _check_auto_pad,
+    _float_input,
+    _spatial,
+    _tensor,
+    _tf,
+    _to_first,
+    _to_last,
+    _window_pads,
+)
+
+# --------------------------------------------------------------------------- Conv
+
+
+def _conv_last(x, w, strides, dilations):
+    """VALID convolution of a channel-last tensor; strided + dilated runs at stride 1
+    and subsamples (exact; TF rejects the combination)."""
+    tf = _tf()
+    if any(d > 1 for d in dilations) and any(s > 1 for s in strides):
+        y = tf.nn.convolution(x, w, strides=1, padding="VALID", dilations=dilations)
+        return y[(slice(None), *[slice(None, None, s) for s in strides], slice(None))]
+    return tf.nn.convolution(x, w, strides=strides, padding="VALID", dilations=dilations)
+
+
+def _depthwise_last(x, w, strides, dilations):
+    tf = _tf()
+    if any(d > 1 for d in dilations) and any(s > 1 for s in strides):
+        y = tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "VALID", dilations=dilations)
+        return y[:, ::strides[0], ::strides[1], :]
+    return tf.nn.depthwise_conv2d(x, w, [1, *strides, 1], "VALID", dilations=dilations)
+
+
+def _weights_last(node, i: int, flip: bool = False, transpose_io: bool = False):
+    """ONNX weights [O, I, k...] as TF [k..., I, O] (numpy when constant). With
+    ``transpose_io`` the ONNX layout is [I, O, k...] (ConvTranspose)."""
+    tf = _tf()
+    w = node.value(i)
+    rank = node.rank(i)
+    perm = [*range(2, rank), 0, 1] if transpose_io else [*range(2, rank), 1, 0]
+    if isinstance(w, np.ndarray):
+        if flip:
+            w = w[(slice(None), slice(None), *[slice(None, None, -1)] * (rank - 2))]
+        return np.transpose(w, perm)
+    if flip:
+        w = tf.reverse(w, list(range(2, rank)))
+    return tf.transpose(w, perm)
+
+
+def _as_t(node, w):
+    return _tensor(node, w) if isinstance(w, np.ndarray) else w
+
+
+def _grouped_conv(node, x_last, w_last, group: int, strides, dilations, allow_depthwise=True):
+    """x_last [N, s..., C], w_last [k..., C/g, M] -> [N, s'..., M]."""
+    tf = _tf()
+    nd = len(strides)
+    cin_g = w_last.shape[-2]
+    m = w_last.shape[-1]
+    if group == 1:
+        return _conv_last(x_last, _as_t(node, w_last), strides, dilations)
+    if m % group:
+        node.refuse(f"{m} output channels are not divisible by group={group}")
+    if allow_depthwise and nd == 2 and cin_g == 1 and strides[0] == strides[1]:
+        # Depthwise: TF output channel c*mult + k is ONNX output channel c*mult + k.
+        mult = m // group
+        if isinstance(w_last, np.ndarray):
+            w_dw = w_last.reshape(*w_last.shape[:2], group, mult)
+        else:
+            w_dw = tf.reshape(w_last, [*w_last.shape[:2], group, mult])
+        return _depthwise_last(x_last, _as_t(node, w_dw), strides, dilations)
+    xs = tf.split(x_last, group, axis=-1)
+    mg = m // group
+    outs = []
+    for g in range(group):
+        w_g = w_last[..., g * mg:(g + 1) * mg]
+        outs.append(_conv_last(xs[g], _as_t(node, w_g), strides, dilations))
+    return tf.concat(outs, axis=-1)
+
+
+def _add_bias_last(node, y, i: int):
+    if not node.has(i):
+        return y
+    tf = _tf()
+    b = node.t(i)
+    return y + tf.cast(b, y.dtype)
+
+
+def _conv_setup(node, what: str):
+    """Conv and ConvTranspose's shared reading: rank, spatial dims, weight shape, kernel,
+    strides, dilations and group, each checked against the weights."""
+    _float_input(node)
+    rank = node.rank(0)
+    nd = rank - 2
+    if nd < 1 or nd > 3:
+        node.refuse(f"{nd}-D {what} is not supported", "use 1-D, 2-D or 3-D")
+    wshape = node.shape(1)
+    kernel = list(node.attr("kernel_shape") or wshape[2:])
+    if kernel != list(wshape[2:]):
+        node.refuse(f"kernel_shape {kernel} differs from the weights' {wshape[2:]}")
+    strides = _attr_list(node, "strides", nd, 1)
+    dilations = _attr_list(node, "dilations", nd, 1)
+    return rank, nd, wshape, kernel, strides, dilations, int(node.attr("group"))
+
+
+@op("Conv", attrs={"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
+                   "pads": None, "strides": None}, check=_check_auto_pad)
+def conv(node):
+    tf = _tf()
+    rank, nd, wshape, kernel, strides, dilations, group = _conv_setup(node, "convolution")
+    cin = node.shape(0)[1]
+    if cin is not None and cin != wshape[1] * group:
+        node.refuse(f"input channels {cin} != weights' {wshape[1]} x group {group}")
+    begin, end, _ = _window_pads(node, kernel, strides, dilations)
+    x = _to_last(node.t(0), rank)
+    if any(begin) or any(end):
+        x = tf.pad(x, [[0, 0], *[[b, e] for b, e in zip(begin, end, strict=True)], [0, 0]])
+    w = _weights_last(node, 1)
+    if not isinstance(w, np.ndarray):
+        w = tf.cast(w, x.dtype)
+    else:
+        w = w.astype(x.dtype.as_numpy_dtype)
+    y = _grouped_conv(node, x, w, group, strides, dilations)
+    y = _add_bias_last(node, y, 2)
+    return _to_first(y, rank)
+
+
+def _upsample_zeros(x, axis: int, stride: int):
+    """Inserts stride-1 zeros between elements along ``axis``: L -> (L-1)*stride+1."""
+    tf = _tf()
+    if stride == 1:
+        return x
+    y = tf.expand_dims(x, axis + 1)
+    rank = len(x.shape) + 1
+    pads = [[0, 0]] * rank
+    pads[axis + 1] = [0, stride - 1]
+    y = tf.pad(y, pads)
+    shape = tf.shape(y)
+    new_shape = tf.concat([shape[:axis], [shape[axis] * stride], shape[axis + 2:]], 0)
+    y = tf.reshape(y, new_shape)
+    length = tf.shape(x)[axis]
+    begin = [0] * len(x.shape)
+    size = [-1] * len(x.shape)
+    size = tf.tensor_scatter_nd_update(tf.constant(size), [[axis]],
+                                       [(length - 1) * stride + 1])
+    y = tf.slice(y, begin, size)
+    static = x.shape.as_list()
+    if static[axis] is not None:
+        static[axis] = (static[axis] - 1) * stride + 1
+    y.set_shape(static)
+    return y
+
+
+@op("ConvTranspose", attrs={"auto_pad": "NOTSET", "dilations": None, "group": 1,
+                            "kernel_shape": None, "output_padding": None, "output_shape": None,
+                            "pads": None, "strides": None}, check=_check_auto_pad)
+def conv_transpose(node):
+    tf = _tf()
+    rank, nd, wshape, kernel, strides, dilations, group = _conv_setup(node, "ConvTranspose")
+    out_pad = list(node.attr("output_padding") or [0] * nd)
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
+    auto_pad = node.attr("auto_pad")
+    output_shape = node.attr("output_shape")
+    if output_shape is not None and len(output_shape) == rank:
+        output_shape = list(output_shape)[2:]
+    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        ins = _spatial(node, 0, "spatial dimensions with output_shape or auto_pad SAME")
+        if output_shape is None:
+            output_shape = [n * s for n, s in zip(ins, strides, strict=True)]
+        total = [s * (n - 1) + op_ + e - o for s, n, op_, e, o in
+                 zip(strides, ins, out_pad, eff, output_shape, strict=True)]
+        if auto_pad == "SAME_UPPER":
+            begin = [t // 2 for t in total]
+            end = [t - t // 2 for t in total]
+        else:
+            begin = [t - t // 2 for t in total]
+            end = [t // 2 for t in total]
+    elif auto_pad == "VALID":
+        begin, end = [0] * nd, [0] * nd
+    else:
+        pads = list(node.attr("pads") or [0] * (2 * nd))
+        begin, end = pads[:nd], pads[nd:]
+    x = _to_last(node.t(0), rank)
+    for a in range(nd):
+        x = _upsample_zeros(x, a + 1, strides[a])
+    # Full correlation pads eff-1 on each side; ONNX pads crop it, output_padding extends it.
+    lo = [e - 1 - b for e, b in zip(eff, begin, strict=True)]
+    hi = [e - 1 - p + op_ for e, p, op_ in zip(eff, end, out_pad, strict=True)]
+    x = tf.pad(x, [[0, 0], *[[max(v, 0), max(h, 0)] for v, h in zip(lo, hi, strict=True)],
+                   [0, 0]])
+    if any(v < 0 for v in lo) or any(h < 0 for h in hi):
+        x = x[(slice(None), *[slice(max(-v, 0), (-h if h < 0 else None))
+                              for v, h in zip(lo, hi, strict=True)], slice(None))]
+    cin = wshape[0]
+    if cin % group:
+        node.refuse(f"weights' {cin} input channels are not divisible by group={group}")
+    w = node.value(1)
+    cg = cin // group
+    outs = []
+    xs = tf.split(x, group, axis=-1) if group > 1 else [x]
+    for g in range(group):
+        if isinstance(w, np.ndarray):
+            wg = w[g * cg:(g + 1) * cg]
+            wg = wg[(slice(None), slice(None), *[slice(None, None, -1)] * nd)]
+            wg = np.transpose(wg, [*range(2, rank), 0, 1]).astype(x.dtype.as_numpy_dtype)
+            wg = _tensor(node, wg)
+        else:
+            wg = tf.cast(w[g * cg:(g + 1) * cg], x.dtype)
+            wg = tf.transpose(tf.reverse(wg, list(range(2, rank))), [*range(2, rank), 0, 1])
+        outs.append(_conv_last(xs[g], wg, [1] * nd, dilations))
+    y = outs[0] if group == 1 else tf.concat(outs, -1)
+    y = _add_bias_last(node, y, 2)
+    return _to_first(y, rank)
+
+
+@op("DeformConv", attrs={"dilations": None, "group": 1, "kernel_shape": None,
+                         "offset_group": 1, "pads": None, "strides": None},
+    check=lambda info: "DeformConv is not implemented")
+def deform_conv(node):
+    node.refuse("DeformConv is not implemented", "replace deformable convolution")
