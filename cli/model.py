@@ -23,6 +23,7 @@ OPTIMIZE_WRITES = ("Format-Serving", "report.json", "report.md", "latency.png", 
 
 def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.components.pytorch_model_importer import convert, signature
+    from tfx_bridge.components.pytorch_model_importer import report as import_report
     from tfx_bridge.components.pytorch_model_importer import source as model_source
     from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
 
@@ -66,6 +67,9 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
     print(convert.check_table(result.report["checks"]))
     verdict = "equivalent: blessed" if result.blessed else "NOT equivalent: not blessed"
     print(f"{verdict}. SavedModel: {serving_dir}")
+    cause = import_report.likely_cause(result.report)
+    if cause:
+        print(f"Likely cause: {cause}")
     for applied in result.report["rewrites"]:
         print(f"Rewrite applied: {applied['kind']} ({len(applied['nodes'])} place(s)): "
               f"{applied['why']}")

@@ -32,7 +32,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 from tfx_bridge.artifacts import examples, layout, savedmodel
 from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
@@ -171,12 +171,15 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
     with tempfile.TemporaryDirectory(prefix="tfx-bridge-import-") as work:
         onnx_path = os.path.join(work, "model.onnx")
         module = None
+        trace_warnings: Optional[List[str]] = None  # None: nothing was traced (ONNX)
         if source.kind == SOURCE_ONNX:
             rename_onnx_io(source.path, onnx_path, inputs, output_names)
             rewrites = []
         else:
             module = load_torch_module(source)
-            rewrites = export_onnx(module, inputs, output_names, onnx_path, opset)
+            trace_warnings = []
+            rewrites = export_onnx(module, inputs, output_names, onnx_path, opset,
+                                   trace_warnings)
         types = rewrite.module_types(module, prefix=export_prefix(module))
         # The converter gets a copy; the reference (onnxruntime) runs the ONNX as exported.
         to_convert = os.path.join(work, "model_to_convert.onnx")
@@ -251,6 +254,8 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
         "inputs_from": "examples" if feeds_from and real is not None else "random",
         "max_abs_error": worst,
         "rewrites": [r.to_json() for r in rewrites],
+        # torch's TracerWarnings during export: Python branches frozen for its sample.
+        "trace_warnings": trace_warnings,
         # The converter that produced the served graph, and every one tried.
         "converter": conversion.converter,
         "conversion_attempts": conversion.attempts,

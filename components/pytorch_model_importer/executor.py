@@ -11,7 +11,7 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
 from tfx_bridge.artifacts import properties, schema_file
-from tfx_bridge.components.pytorch_model_importer import convert, signature, source
+from tfx_bridge.components.pytorch_model_importer import convert, report, signature, source
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ImporterConfigError,
     NotEquivalent,
@@ -108,7 +108,9 @@ class Executor(base_executor.BaseExecutor):
         logging.info("PyTorchModelImporter: blessed=%s, max abs error %s", result.blessed,
                      result.report["max_abs_error"])
         if not result.blessed and exec_properties.get(FAIL_ON_NOT_EQUIVALENT_KEY, 1):
+            cause = report.likely_cause(result.report)
             raise NotEquivalent(
                 f"The converted SavedModel is not equivalent to {model_source.path} (report: "
                 f"{fs.join(model.uri, convert.REPORT_MD)}):\n"
-                + convert.check_table([c for c in result.report["checks"] if not c["ok"]]))
+                + convert.check_table([c for c in result.report["checks"] if not c["ok"]])
+                + (f"\nLikely cause: {cause}" if cause else ""))

@@ -3,6 +3,7 @@ declared signature. No TFX imports; torch and onnx are imported lazily."""
 from __future__ import annotations
 
 import re
+import warnings
 from typing import List, Optional, Sequence
 
 from tfx_bridge.components.pytorch_model_importer.errors import (
@@ -20,9 +21,17 @@ from tfx_bridge.components.pytorch_model_importer.source import (
 
 DEFAULT_OPSET = 17
 MIN_OPSET = 14
+# The batch of the sample torch.onnx.export traces with. Python branches on tensor
+# values are traced for this sample only: a MoE layer that skips experts no token
+# chose (`if top_x.shape[0] == 0: continue`, as transformers writes them) leaves
+# those experts out of the graph. A larger, random sample routes tokens to every
+# expert of a usual MoE, and the verification catches what it still misses.
+EXPORT_BATCH = 32
+MAX_TRACE_WARNINGS = 8
 
 def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str], path: str,
-                opset: int = DEFAULT_OPSET) -> List[Rewrite]:
+                opset: int = DEFAULT_OPSET, trace_warnings: Optional[list] = None
+                ) -> List[Rewrite]:
     """torch.onnx.export with named inputs/outputs and a dynamic axis per -1.
 
     The fused attention fast path is off during export and fixed-width
@@ -30,7 +39,9 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
     kernels recorded in a TorchScript graph (encoder layer, multi-head
     attention, embedding_bag) are exported as standard ops (fused.py), and
     torch symbolics that export wrongly are replaced (export_fixes.py). The
-    changes made are returned for the report.
+    changes made are returned for the report; torch's TracerWarnings (Python
+    control flow on tensor values, frozen for the export sample) are appended to
+    ``trace_warnings`` as "file:line: message".
     """
     torch = _torch()
     onnx = _onnx()
@@ -38,7 +49,7 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
 
     if not MIN_OPSET <= opset <= 20:
         raise ImporterConfigError(f"opset {opset}: use {MIN_OPSET} to 20 (default 17).")
-    sample = make_inputs(inputs, batch=2)
+    sample = make_inputs(inputs, batch=EXPORT_BATCH)
     args = tuple(torch.from_numpy(sample[s.name]) for s in inputs)
     dynamic = {s.name: {i: ("batch" if i == 0 else f"{s.name}_dim{i}")
                         for i, d in enumerate(s.shape) if d < 0} for s in inputs}
@@ -50,13 +61,17 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
         fastpath = []  # the fast-path switch changes nothing in an already traced graph
     try:
         with fused.onnx_symbolics(), export_fixes.onnx_symbolics(), swaps.mha_fastpath_off(), \
-                swaps.dense_embedding_bags(module) as (exported, bags), torch.no_grad():
+                swaps.dense_embedding_bags(module) as (exported, bags), torch.no_grad(), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", torch.jit.TracerWarning)
             if not isinstance(exported, torch.jit.ScriptModule):
                 exported = swaps.Positional(exported)
             torch.onnx.export(exported, args, path, input_names=[s.name for s in inputs],
                               output_names=list(output_names), dynamic_axes=dynamic,
                               opset_version=opset, do_constant_folding=True, dynamo=False)
         applied_fixes = export_fixes.applied()
+        if trace_warnings is not None:
+            trace_warnings.extend(_trace_warnings(caught, torch.jit.TracerWarning))
     except ImporterError:
         raise
     except Exception as e:
@@ -81,6 +96,20 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
             "nn.EmbeddingBag over fixed-width ids exported as gather + reduce (its ONNX "
             "form is a Loop); same weights, padding_idx left out"))
     return applied
+
+
+def _trace_warnings(caught, kind) -> List[str]:
+    """TracerWarnings as 'file:line: first line', each place once, at most
+    MAX_TRACE_WARNINGS (torch's own files left out: the user's lines are the fix)."""
+    seen: List[str] = []
+    for w in caught:
+        where = w.filename.replace("\\", "/")
+        if not issubclass(w.category, kind) or "/site-packages/torch/" in where:
+            continue
+        text = f"{w.filename}:{w.lineno}: {str(w.message).splitlines()[0][:200]}"
+        if text not in seen:
+            seen.append(text)
+    return seen[:MAX_TRACE_WARNINGS]
 
 
 def export_prefix(module) -> str:

@@ -1,7 +1,7 @@
 """Import stage 6: the report's Markdown form (report.json is written by convert.py)."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 
 def _num(value, fmt: str = ".3g") -> str:
@@ -20,6 +20,20 @@ def check_table(checks: Sequence[dict]) -> str:
                     f"{_num(c['max_abs'])} | {_num(c['max_rel'])} | "
                     f"{'-' if c['mismatches'] is None else c['mismatches']} | {verdict} |")
     return "\n".join(rows)
+
+
+def likely_cause(report: dict) -> Optional[str]:
+    """For a model that is not equivalent and whose export traced Python branches on
+    tensor values: what probably went wrong, where, and the fix; else None."""
+    if report["blessed"] or not report.get("trace_warnings"):
+        return None
+    return ("torch traced Python control flow on tensor values (TracerWarning) at "
+            + "; ".join(report["trace_warnings"])
+            + ". The exported graph keeps only the branches its sample input took "
+            "(e.g. a MoE layer skipping experts no token chose), so other inputs compute "
+            "something else. Write those lines without Python branches on tensor values "
+            "(run every expert on its possibly empty token set), or export the ONNX "
+            "yourself and hand it over.")
 
 
 def report_markdown(report: dict) -> str:
@@ -42,5 +56,6 @@ def report_markdown(report: dict) -> str:
         f"- seconds: {report['seconds']}", "",
         "## Rewrites applied", "",
         *(lines or ["none: the model converted as exported"]), "",
+        *(["## Likely cause", "", likely_cause(report), ""] if likely_cause(report) else []),
         "## Checks", "",
         check_table(report["checks"]), ""])
