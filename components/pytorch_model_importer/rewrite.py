@@ -23,10 +23,12 @@ varying dimensions is left alone (it is then up to the equivalence check).
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Dict, List, Sequence
 
 import numpy as np
 
+from tfx_bridge.components.pytorch_model_importer.errors import ConversionError
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
 
 RESHAPE_DYNAMIC_BATCH = "reshape-dynamic-batch"
@@ -61,14 +63,27 @@ def _observed_shapes(model, names: Sequence[str], inputs: Sequence[TensorSpec]
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    session = ort.InferenceSession(probe.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
     wanted = list(names)
     runs = []
-    for batch, free in ((2, 4), (3, 5)):
-        feeds = make_inputs(inputs, batch, free=free)
-        values = session.run(wanted, feeds)
-        runs.append({n: tuple(np.shape(v)) for n, v in zip(wanted, values, strict=True)})
+    batch = None
+    try:
+        session = ort.InferenceSession(probe.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+        for batch, free in ((2, 4), (3, 5)):
+            feeds = make_inputs(inputs, batch, free=free)
+            values = session.run(wanted, feeds)
+            runs.append({n: tuple(np.shape(v)) for n, v in zip(wanted, values, strict=True)})
+    except Exception as e:  # onnxruntime raises its own Fail/InvalidArgument kinds
+        what = str(e).split("Status Message:", 1)[-1].strip().splitlines()[0][:300]
+        node = re.search(r"Name:'([^']+)'|Node \(([^)]+)\)", str(e))
+        where = f" at node {node.group(1) or node.group(2)}" if node else ""
+        at = "loading it" if batch is None else f"batch {batch}"
+        raise ConversionError(
+            f"onnxruntime cannot run the exported ONNX graph ({at}){where}: {what}. The "
+            "export froze a size of its sample input (torch traced a shape as a constant); "
+            "the graph is only right for that size. Write the shape arithmetic with "
+            "tensor.shape / torch ops rather than Python ints, or export the ONNX yourself "
+            "with dynamic axes and hand it over.") from e
     return runs
 
 
