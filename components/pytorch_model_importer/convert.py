@@ -41,9 +41,11 @@ from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigEr
 from tfx_bridge.components.pytorch_model_importer.export import (  # noqa: F401  (the API)
     DEFAULT_OPSET,
     MIN_OPSET,
+    UNUSED_INPUT,
     export_onnx,
     export_prefix,
     rename_onnx_io,
+    unused_inputs,
 )
 from tfx_bridge.components.pytorch_model_importer.report import (  # noqa: F401
     check_table,
@@ -180,6 +182,13 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
             trace_warnings = []
             rewrites = export_onnx(module, inputs, output_names, onnx_path, opset,
                                    trace_warnings)
+        unused = unused_inputs(onnx_path, inputs)
+        if unused:
+            rewrites.append(rewrite.Rewrite(
+                UNUSED_INPUT, unused,
+                "the model never reads these declared inputs, so the exported graph has "
+                "none; the serving signatures still take them (clients send them) and "
+                "ignore them"))
         types = rewrite.module_types(module, prefix=export_prefix(module))
         # The converter gets a copy; the reference (onnxruntime) runs the ONNX as exported.
         to_convert = os.path.join(work, "model_to_convert.onnx")
@@ -198,7 +207,7 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
         # (checked against torch and onnxruntime), then raw features -> that model.
         model_dir = os.path.join(work, "model-inputs") if transform_dir else serving_dir
         wrap_saved_model(converted, model_dir, inputs, output_names,
-                         None if transform_dir else schema)
+                         None if transform_dir else schema, unused)
         raw_inputs = None
         if transform_dir:
             raw_inputs = transform_wrap.wrap(model_dir, serving_dir, transform_dir, inputs,

@@ -176,6 +176,17 @@ def _wrapper_class() -> str:
     return swaps.Positional.__name__
 
 
+UNUSED_INPUT = "unused-input-ignored"
+
+
+def unused_inputs(path: str, inputs: Sequence[TensorSpec]) -> List[str]:
+    """Declared inputs the exported graph does not have: torch.onnx.export leaves out
+    an input the model never reads (a text model ignoring ``attention_mask``)."""
+    graph = _onnx().load(path, load_external_data=False).graph
+    present = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+    return [s.name for s in inputs if s.name not in present]
+
+
 def rename_onnx_io(src: str, dst: str, inputs: Sequence[TensorSpec],
                    output_names: Sequence[str]) -> None:
     """A copy of an ONNX file whose outputs carry the declared names (inputs must match)."""

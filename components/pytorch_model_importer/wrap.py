@@ -37,12 +37,15 @@ def _output_order(keys: Sequence[str], output_names: Sequence[str]) -> List[str]
 
 
 def wrap_saved_model(converted, out_dir: str, inputs: Sequence[TensorSpec],
-                     output_names: Sequence[str], schema=None) -> None:
+                     output_names: Sequence[str], schema=None,
+                     unused: Sequence[str] = ()) -> None:
     """Saves the declared ``serving_default`` and the tf.Example signature.
 
     ``converted`` is a converter's SavedModel folder, or our converter's
     in-memory result (to_tf.core.Converted: its module and concrete function),
-    which saves a SavedModel write and load per import.
+    which saves a SavedModel write and load per import. ``unused``: declared
+    inputs the model never reads (absent from the exported graph): the
+    signatures take them, as clients send them, and ignore them.
     """
     import tensorflow as tf
 
@@ -66,6 +69,8 @@ def wrap_saved_model(converted, out_dir: str, inputs: Sequence[TensorSpec],
     for spec in inputs:
         candidates = [spec.name, re.sub(r"[^A-Za-z0-9_]", "_", spec.name)]
         found = next((c for c in candidates if c in converted_inputs), None)
+        if found is None and spec.name in unused:
+            continue
         if found is None:
             raise ConversionError(
                 f"The converted model has inputs {sorted(converted_inputs)}; no match for "
@@ -83,7 +88,7 @@ def wrap_saved_model(converted, out_dir: str, inputs: Sequence[TensorSpec],
     @tf.function(input_signature=specs, autograph=False)
     def serve(*args):
         feed = {by_name[s.name]: tf.cast(a, converted_inputs[by_name[s.name]].dtype)
-                for s, a in zip(inputs, args, strict=True)}
+                for s, a in zip(inputs, args, strict=True) if s.name in by_name}
         out = call(feed)
         return {name: tf.identity(out[key], name=name)
                 for name, key in zip(output_names, order, strict=True)}

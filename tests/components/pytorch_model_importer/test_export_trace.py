@@ -71,3 +71,32 @@ def test_export_branch_on_tensor_value_named_with_file_line_and_fix(tmp_path):
     assert __file__ in cause and "without Python branches on tensor values" in cause
     assert report.likely_cause({"blessed": True, "trace_warnings": caught}) is None
     assert report.likely_cause({"blessed": False, "trace_warnings": None}) is None
+
+
+class IgnoresMask(nn.Module):
+    """Declares an attention mask it never reads, as some text models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+
+    def forward(self, ids, mask):
+        return self.embed(ids).sum(1)
+
+
+def test_import_input_model_never_reads_taken_and_ignored(tmp_path):
+    """torch leaves an unread input out of the graph; the signatures still take it."""
+    import tensorflow as tf
+
+    from tfx_bridge.components.pytorch_model_importer import convert
+
+    torch.save(IgnoresMask().state_dict(), str(tmp_path / "m.pt"))
+    source = convert.ModelSource("state_dict", str(tmp_path / "m.pt"),
+                                 f"{__name__}:IgnoresMask")
+    specs = signature.parse_input_specs(["ids:int64:-1,3:0..9", "mask:int64:-1,3:0..1"])
+    result = convert.import_model(source, specs, ["y"], str(tmp_path / "out"))
+    assert result.blessed
+    applied = {r["kind"]: r["nodes"] for r in result.report["rewrites"]}
+    assert applied[export.UNUSED_INPUT] == ["mask"]
+    served = tf.saved_model.load(result.serving_dir).signatures["serving_default"]
+    assert sorted(served.structured_input_signature[1]) == ["ids", "mask"]
