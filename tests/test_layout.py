@@ -144,6 +144,10 @@ ALLOWED_LOCAL_FILE_CALLS = {
         "reads the onnx wheel's own node tests and writes to a local temp folder",
     "components/trt_optimizer/optimize.py":
         "optimize_local runs on local staging copies (optimize stages remote paths)",
+    "components/trt_optimizer/report.py":
+        "writes the report into optimize_local's local output (staged by optimize)",
+    "components/trt_optimizer/candidates.py":
+        "builds candidates in optimize_local's local work folder",
     "components/trt_optimizer/tflite.py": "builds in a local temp folder",
     "components/schema_guard/component.py": "a relative contract path checked at build time",
     "components/serving_pusher/inspect_model.py": "the child process loads a local copy",
