@@ -45,7 +45,6 @@ from tfx_bridge.components.pytorch_model_importer.export import (  # noqa: F401 
     export_onnx,
     export_prefix,
     rename_onnx_io,
-    unused_inputs,
 )
 from tfx_bridge.components.pytorch_model_importer.report import (  # noqa: F401
     check_table,
@@ -182,13 +181,8 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
             trace_warnings = []
             rewrites = export_onnx(module, inputs, output_names, onnx_path, opset,
                                    trace_warnings)
-        unused = unused_inputs(onnx_path, inputs)
-        if unused:
-            rewrites.append(rewrite.Rewrite(
-                UNUSED_INPUT, unused,
-                "the model never reads these declared inputs, so the exported graph has "
-                "none; the serving signatures still take them (clients send them) and "
-                "ignore them"))
+        # Named by the export (an ONNX hand-over's inputs match the declared ones).
+        unused = next((r.nodes for r in rewrites if r.kind == UNUSED_INPUT), [])
         types = rewrite.module_types(module, prefix=export_prefix(module))
         # The converter gets a copy; the reference (onnxruntime) runs the ONNX as exported.
         to_convert = os.path.join(work, "model_to_convert.onnx")

@@ -28,6 +28,7 @@ MIN_OPSET = 14
 # expert of a usual MoE, and the verification catches what it still misses.
 EXPORT_BATCH = 32
 MAX_TRACE_WARNINGS = 8
+UNUSED_INPUT = "unused-input-ignored"  # the report's rewrite kind
 
 def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str], path: str,
                 opset: int = DEFAULT_OPSET, trace_warnings: Optional[list] = None
@@ -95,6 +96,12 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
             swaps.EMBEDDING_BAG_DENSE, bags,
             "nn.EmbeddingBag over fixed-width ids exported as gather + reduce (its ONNX "
             "form is a Loop); same weights, padding_idx left out"))
+    unused = unused_inputs(model, inputs)
+    if unused:
+        applied.append(Rewrite(
+            UNUSED_INPUT, unused,
+            "the model never reads these declared inputs, so the exported graph has none; "
+            "the serving signatures still take them (clients send them) and ignore them"))
     return applied
 
 
@@ -176,13 +183,11 @@ def _wrapper_class() -> str:
     return swaps.Positional.__name__
 
 
-UNUSED_INPUT = "unused-input-ignored"
-
-
-def unused_inputs(path: str, inputs: Sequence[TensorSpec]) -> List[str]:
-    """Declared inputs the exported graph does not have: torch.onnx.export leaves out
-    an input the model never reads (a text model ignoring ``attention_mask``)."""
-    graph = _onnx().load(path, load_external_data=False).graph
+def unused_inputs(model, inputs: Sequence[TensorSpec]) -> List[str]:
+    """Declared inputs the exported ONNX ``model`` does not have: torch.onnx.export
+    leaves out an input the model never reads (a text model ignoring
+    ``attention_mask``)."""
+    graph = model.graph
     present = {i.name for i in graph.input} - {t.name for t in graph.initializer}
     return [s.name for s in inputs if s.name not in present]
 
