@@ -395,6 +395,16 @@ def _catalog_child(task: dict) -> None:
                             "message": (a.get("message") or "")[:1500],
                             "op": _op_node(a.get("message") or "")[0]} for a in refusals]
     status = "verified" if result.blessed else "not_equivalent"
+    first = None  # the first export finding onnxruntime named a node for
+    if not result.blessed and report.get("export_check"):
+        # onnxruntime on the exported ONNX already differs from torch: the export's fault,
+        # named by node and module where onnxruntime raised (import report's likely cause).
+        from tfx_bridge.components.pytorch_model_importer import report as import_report
+
+        first = next((f for f in report["export_check"] if f.get("node")), None)
+        row.update(export_check=report["export_check"][:6],
+                   export_cause=import_report.likely_cause(report)[:1500],
+                   node=first["node"] if first else None)
     if not result.blessed:
         # A model whose float32 reference is itself off by more than the tolerance
         # cannot check any float32 converter at that tolerance: torch's outputs at
@@ -411,7 +421,8 @@ def _catalog_child(task: dict) -> None:
          converter=report.get("converter", "onnx2tf"),
          rewrites=[r["kind"] for r in report.get("rewrites", [])],
          seconds=report.get("seconds"), max_abs_error=report.get("max_abs_error"),
-         errors=errors, message=message, op=_op_node(message or "")[0])
+         errors=errors, message=message,
+         op=first["op"] if first else _op_node(message or "")[0])
 
 
 def _catalog_tasks(args) -> list:
@@ -563,6 +574,8 @@ def run_catalog(args) -> None:
 def _reason(row: dict) -> str:
     """One line: the op and node when the message names them, else the message's head."""
     message = (row.get("message") or "").replace("\n", " ")
+    if row.get("export_cause"):  # the SavedModel failed where the export already did
+        return f"{message[:120]} | {row['export_cause'][:240]}"
     return message[:240]
 
 

@@ -70,6 +70,7 @@ from tfx_bridge.components.pytorch_model_importer.to_tf import converters
 from tfx_bridge.components.pytorch_model_importer.verify import (  # noqa: F401
     DEFAULT_ATOL,
     DEFAULT_BATCH_SIZES,
+    ExportFinding,
     OutputCheck,
     examples_from_feeds,
     max_float_error,
@@ -213,8 +214,12 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
         real = (examples.inputs_from_examples(feeds_from, inputs, max(batch_sizes),
                                               ImporterConfigError)
                 if feeds_from else None)
+        findings: Optional[List[ExportFinding]] = [] if module is not None else None
         checks = verify(model_dir, onnx_path, inputs, output_names, module, atol, rtol,
-                        batch_sizes, real)
+                        batch_sizes, real, findings)
+        for f in findings or []:
+            if f.node is not None:
+                f.where = rewrite.describe_node(f.op or "?", f.node, types)
         chain = None
         if transform_dir and examples_dir and transformed_examples_dir:
             def reference(feeds):
@@ -259,6 +264,10 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
         "rewrites": [r.to_json() for r in rewrites],
         # torch's TracerWarnings during export: Python branches frozen for its sample.
         "trace_warnings": trace_warnings,
+        # onnxruntime on the exported ONNX vs torch where they differ (None: no torch
+        # source; empty: the export is torch's computation at every batch checked).
+        "export_check": (None if findings is None
+                         else [dataclasses.asdict(f) for f in findings]),
         # The converter that produced the served graph, and every one tried.
         "converter": conversion.converter,
         "conversion_attempts": conversion.attempts,

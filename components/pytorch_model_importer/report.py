@@ -22,18 +22,50 @@ def check_table(checks: Sequence[dict]) -> str:
     return "\n".join(rows)
 
 
-def likely_cause(report: dict) -> Optional[str]:
-    """For a model that is not equivalent and whose export traced Python branches on
-    tensor values: what probably went wrong, where, and the fix; else None."""
-    if report["blessed"] or not report.get("trace_warnings"):
+def _export_faults(report: dict) -> Optional[str]:
+    """Where onnxruntime on the exported ONNX already differs from torch, in words."""
+    findings = report.get("export_check") or []
+    if not findings:
         return None
-    return ("torch traced Python control flow on tensor values (TracerWarning) at "
-            + "; ".join(report["trace_warnings"])
-            + ". The exported graph keeps only the branches its sample input took "
-            "(e.g. a MoE layer skipping experts no token chose), so other inputs compute "
-            "something else. Write those lines without Python branches on tensor values "
-            "(run every expert on its possibly empty token set), or export the ONNX "
-            "yourself and hand it over.")
+    parts = []
+    for f in findings[:3]:
+        if f.get("max_abs") is not None:
+            parts.append(f"at batch {f['batch']} onnxruntime's {f['output']} is off torch "
+                         f"by {f['max_abs']:.3g}")
+        else:
+            at = f" at {f['where']}" if f.get("where") else ""
+            parts.append(f"at batch {f['batch']} onnxruntime fails{at}: {f['error']}")
+    more = f" (and {len(findings) - 3} more)" if len(findings) > 3 else ""
+    ort = [c for c in report["checks"] if c["reference"] == "onnxruntime"
+           and not (c.get("error") or "").startswith("reference unavailable")]
+    faithful = bool(ort) and all(c["ok"] for c in ort)
+    return ("the exported ONNX graph is not the torch model: " + "; ".join(parts) + more
+            + (". The SavedModel matches onnxruntime wherever onnxruntime runs: the "
+               "conversion kept the export's computation; torch's exporter changed it"
+               if faithful else ""))
+
+
+def likely_cause(report: dict) -> Optional[str]:
+    """For a model that is not equivalent: what probably went wrong, where, and the fix,
+    when the export itself is at fault (onnxruntime on the exported ONNX differs from
+    torch, or torch traced Python branches on tensor values); else None."""
+    if report["blessed"]:
+        return None
+    export = _export_faults(report)
+    traced = report.get("trace_warnings")
+    if not export and not traced:
+        return None
+    parts = [export] if export else []
+    if traced:
+        parts.append("torch traced Python control flow on tensor values (TracerWarning) at "
+                     + "; ".join(traced)
+                     + ". The exported graph keeps only the branches and sizes of its sample "
+                     "input (e.g. a MoE layer skipping experts no token chose, a size turned "
+                     "into a Python int), so other inputs compute something else")
+    return (". ".join(parts) + ". Write those lines with tensor ops instead of Python "
+            "branches or ints taken from tensors (run every expert on its possibly empty "
+            "token set; use tensor.shape, not int()), or export the ONNX yourself with "
+            "dynamic axes and hand it over.")
 
 
 def report_markdown(report: dict) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import tempfile
 from typing import Dict, List, Optional, Sequence
 
@@ -85,6 +86,32 @@ def run_ort(onnx_path: str, feeds: Dict[str, np.ndarray], session=None) -> List[
     return session.run(None, {k: v for k, v in feeds.items() if k in wanted})
 
 
+@dataclasses.dataclass
+class ExportFinding:
+    """onnxruntime on the exported ONNX against torch, at one batch size: the export
+    itself is not the torch model there (it raised, at ``node`` when onnxruntime named
+    it, or is off by ``max_abs``). Not a check of the SavedModel: it says where a
+    SavedModel that matches onnxruntime but not torch went wrong."""
+
+    batch: int
+    output: Optional[str]
+    max_abs: Optional[float]
+    error: Optional[str] = None
+    op: Optional[str] = None
+    node: Optional[str] = None
+    where: Optional[str] = None  # the node and the module it came from (convert.py fills it)
+
+
+# onnxruntime's form: "... while running Gather node. Name:'/model/layers.0/Gather_30' ..."
+_ORT_NODE = re.compile(r"running (\w+) node\. Name:'([^']*)'")
+
+
+def _ort_failure(batch: int, error: Exception) -> ExportFinding:
+    found = _ORT_NODE.search(str(error))
+    return ExportFinding(batch, None, None, short_message(error),
+                         found.group(1) if found else None, found.group(2) if found else None)
+
+
 def _failed(batch: int, names: Sequence[str], reference: str, dtypes: Sequence[str],
             error: Exception) -> List[OutputCheck]:
     message = short_message(error)
@@ -127,12 +154,15 @@ def serve_fresh(saved_model_dir: str, feeds_by_batch: Dict[int, Dict[str, np.nda
 def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],
            output_names: Sequence[str], torch_module=None, atol: float = DEFAULT_ATOL,
            rtol: float = 0.0, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
-           real_inputs: Optional[Dict[str, np.ndarray]] = None) -> List[OutputCheck]:
+           real_inputs: Optional[Dict[str, np.ndarray]] = None,
+           export_findings: Optional[List[ExportFinding]] = None) -> List[OutputCheck]:
     """TF (fresh process, oneDNN off) vs torch (when given) and vs onnxruntime, per batch
     size and output.
 
     Never raises for a model that fails: a side that raises at a batch size is
     a failed check carrying the error (the SavedModel is then not equivalent).
+    With torch given, where onnxruntime on the exported ONNX raises or differs from
+    torch is appended to ``export_findings`` (when given): the export's own faults.
     """
     unknown = ["unknown"] * len(output_names)
     feeds_by_batch = {}
@@ -166,7 +196,11 @@ def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],
                     # SavedModel's: torch, the source, still decides (and is checked).
                     for c in failed:
                         c.ok, c.error = True, f"reference unavailable: {c.error}"
+                    if export_findings is not None:
+                        export_findings.append(_ort_failure(batch, e))
                 checks.extend(failed)
+        if export_findings is not None and len(refs) == 2:
+            export_findings.extend(_export_differences(batch, output_names, refs, atol, rtol))
         dtypes = [str(r.dtype) for r in refs[0][1]] if refs else unknown
         got = served.get(str(batch))
         if not isinstance(got, list):  # a SavedModel that raised at this batch size
@@ -194,6 +228,23 @@ def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],
                 checks.append(OutputCheck(batch, name, VIA_EXAMPLES, str(g.dtype), c.max_abs,
                                           c.max_rel, c.mismatches, c.ok))
     return checks
+
+
+def _export_differences(batch: int, output_names: Sequence[str], refs, atol: float,
+                        rtol: float) -> List[ExportFinding]:
+    (_, torch_out), (_, ort_out) = refs
+    if len(torch_out) != len(ort_out) or len(ort_out) != len(output_names):
+        return []  # reported by the checks against the SavedModel
+    out = []
+    for name, t, o in zip(output_names, torch_out, ort_out, strict=True):
+        if np.shape(t) != np.shape(o):
+            out.append(ExportFinding(batch, name, None, f"shape {list(np.shape(o))} from "
+                                     f"onnxruntime, {list(np.shape(t))} from torch"))
+            continue
+        c = compare.compare(t, o, atol, rtol)
+        if not c.ok:
+            out.append(ExportFinding(batch, name, c.max_abs))
+    return out
 
 
 def max_float_error(checks: Sequence[OutputCheck]) -> Optional[float]:

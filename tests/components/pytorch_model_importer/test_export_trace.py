@@ -68,9 +68,48 @@ def test_export_branch_on_tensor_value_named_with_file_line_and_fix(tmp_path):
     assert "TracerWarning" not in caught[0]  # the place and torch's words, once
     cause = report.likely_cause({"blessed": False, "trace_warnings": caught})
     assert cause.startswith("torch traced Python control flow on tensor values")
-    assert __file__ in cause and "without Python branches on tensor values" in cause
+    assert __file__ in cause and "instead of Python branches" in cause
     assert report.likely_cause({"blessed": True, "trace_warnings": caught}) is None
     assert report.likely_cause({"blessed": False, "trace_warnings": None}) is None
+
+
+class FrozenBatch(nn.Module):
+    """Takes the batch as a Python int, as some attention code sizes its chunks: the
+    trace keeps the export sample's batch as a constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        n = int(x.shape[0])
+        return self.proj(x).reshape(n, 2, 2).sum(-1)
+
+
+def _import(tmp_path, cls, specs):
+    """The importer on a state_dict of ``cls`` (a class of this module)."""
+    from tfx_bridge.components.pytorch_model_importer import convert
+
+    torch.save(cls().state_dict(), str(tmp_path / "m.pt"))
+    source = convert.ModelSource("state_dict", str(tmp_path / "m.pt"),
+                                 f"{__name__}:{cls.__name__}")
+    return convert.import_model(source, signature.parse_input_specs(specs), ["y"],
+                                str(tmp_path / "out"))
+
+
+def test_import_export_froze_the_batch_names_onnxruntime_node_and_module(tmp_path):
+    """The SavedModel follows the exported ONNX, which is only right at the export's
+    batch: not equivalent, and the report says the export (node, module) is at fault."""
+    result = _import(tmp_path, FrozenBatch, ["x:float32:-1,4:-1..1"])
+    assert not result.blessed
+    found = result.report["export_check"]
+    assert {f["batch"] for f in found} == {1, 7}  # right at the export's batch, 32
+    assert all(f["op"] == "Reshape" and "from module 'proj'" not in f["where"]
+               for f in found)
+    cause = report.likely_cause(result.report)
+    assert cause.startswith("the exported ONNX graph is not the torch model: at batch 1 "
+                            "onnxruntime fails at ONNX op Reshape (node /")
+    assert "FrozenBatch" in cause and __file__ in cause  # the module and the traced line
 
 
 class IgnoresMask(nn.Module):
@@ -88,14 +127,10 @@ def test_import_input_model_never_reads_taken_and_ignored(tmp_path):
     """torch leaves an unread input out of the graph; the signatures still take it."""
     import tensorflow as tf
 
-    from tfx_bridge.components.pytorch_model_importer import convert
-
-    torch.save(IgnoresMask().state_dict(), str(tmp_path / "m.pt"))
-    source = convert.ModelSource("state_dict", str(tmp_path / "m.pt"),
-                                 f"{__name__}:IgnoresMask")
-    specs = signature.parse_input_specs(["ids:int64:-1,3:0..9", "mask:int64:-1,3:0..1"])
-    result = convert.import_model(source, specs, ["y"], str(tmp_path / "out"))
+    result = _import(tmp_path, IgnoresMask, ["ids:int64:-1,3:0..9", "mask:int64:-1,3:0..1"])
     assert result.blessed
+    # A faithful export: onnxruntime is torch's computation at every batch, no cause named.
+    assert result.report["export_check"] == [] and report.likely_cause(result.report) is None
     applied = {r["kind"]: r["nodes"] for r in result.report["rewrites"]}
     assert applied[export.UNUSED_INPUT] == ["mask"]
     served = tf.saved_model.load(result.serving_dir).signatures["serving_default"]
