@@ -53,7 +53,7 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
     schema = None
     if args.schema:
         from tfx_bridge.artifacts import schema_file
-        schema = schema_file.load_schema(args.schema, ImporterConfigError)
+        schema = schema_file.load_schema(args.schema)
     progress = Progress(2, enabled=not args.quiet)
     with staging.staged_output(args.output, IMPORT_WRITES, "import-model") as stage:
         result = convert.import_model(source, inputs, outputs, stage, opset=args.opset,

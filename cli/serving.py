@@ -2,35 +2,25 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any, Dict
 
 from tfx_bridge.cli.common import EXIT_CHECK_FAILED, EXIT_OK, Progress, add_common, positive_int
-from tfx_bridge.storage import fs
-
-
-def _model_properties(model_dir: str) -> Dict[str, Any]:
-    """Blessing and serving needs from a Model artifact folder's report.json, if any."""
-    report = fs.join(model_dir, "report.json")
-    if not fs.exists(report):
-        return {}
-    return json.loads(fs.read_text(report))
 
 
 def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.artifacts import savedmodel
+    from tfx_bridge.artifacts.model_facts import model_facts
     from tfx_bridge.components.serving_pusher import serving
-    from tfx_bridge.components.serving_pusher.errors import PusherConfigError
 
-    saved_model = savedmodel.resolve_saved_model(args.model, PusherConfigError)
-    props = _model_properties(args.model)
+    saved_model = savedmodel.resolve_saved_model(args.model)
+    facts = model_facts(args.model)  # as the executor reads the artifact folder
     blessings = {}
-    if "blessed" in props:
-        blessings["the model's report"] = 1 if props["blessed"] else 0
+    if facts.blessed is not None:
+        blessings[serving.MODEL_GATE] = int(facts.blessed)
     progress = Progress(2, enabled=not args.quiet)
     result = serving.push(saved_model, args.base_path, args.model_name, label=args.label,
-                          target=args.target, requires_gpu=bool(props.get("requires_gpu")),
-                          serving_flags=props.get("serving_flags") or [],
+                          target=args.target, requires_gpu=facts.requires_gpu,
+                          serving_flags=list(facts.serving_flags),
                           examples_dir=args.examples,
                           allow_contract_change=args.allow_contract_change,
                           keep_versions=args.keep_versions, blessings=blessings,

@@ -16,7 +16,7 @@ LONGEST_FIRST = (
     "kubeflow/test_local_run.py",
     "cli/test_cli.py",
     "components/serving_pusher/test_serving.py",
-    "objectstore/test_s3_pipeline.py",
+    "cli/test_cli_run_s3.py",
     "pipelines/test_training.py",
     "components/pytorch_model_importer/test_zoo.py",
     "components/pytorch_model_importer/test_zoo_attention.py",

@@ -1,7 +1,9 @@
 """The root of every error tfx-bridge raises on purpose.
 
 Each component has its own typed subclasses (e.g.
-``tfx_bridge.components.parquet_example_gen.errors``). The CLI turns any
+``tfx_bridge.components.parquet_example_gen.errors``), and each shared module
+that refuses input its own (``storage.names.UnsafeNameError``,
+``artifacts.tfrecord.RecordFileError``, ...), raised whoever the caller. The CLI turns any
 ``BridgeError`` into one message on stderr and exit code 2 (bad input or
 configuration); a failed check on a model or data set is a recorded result
 with exit code 1, not an exception; ``Busy`` (a lock another run holds) is

@@ -53,7 +53,6 @@ from tfx_bridge.components.parquet_example_gen.arrow_types import (  # noqa: F40
     feature_kind,
 )
 from tfx_bridge.components.parquet_example_gen.errors import (
-    ParquetConfigError,
     ParquetDataError,
 )
 from tfx_bridge.components.parquet_example_gen.plan import (  # noqa: F401  (re-exported)
@@ -138,7 +137,7 @@ class _ConvertUnit(beam.DoFn):
 
 def split_dir(output_uri: str, split: str) -> str:
     """The standard Examples split folder, ``<uri>/Split-<name>``."""
-    return child(output_uri, f"Split-{split}", error=ParquetConfigError)
+    return child(output_uri, f"Split-{split}")
 
 
 def expand_ingest(pipeline: beam.Pipeline, plan: IngestPlan,
@@ -229,7 +228,7 @@ def count_records(split_uri: str) -> int:
     tfx_bridge.artifacts.tfrecord's checks; for summaries and tests)."""
     pattern = fs.join(split_uri, f"{RECORD_FILE_PREFIX}*{RECORD_FILE_SUFFIX}")
     return sum(len(batch.records) for path in fs.glob(pattern)
-               for batch in tfrecord.read_batches(path, error=ParquetDataError))
+               for batch in tfrecord.read_batches(path))
 
 
 __all__ = [

@@ -83,7 +83,7 @@ class SplitConfig:
                 "partition into; add them or drop the partition feature.")
         names = self.split_names
         for name in names:  # each becomes a Split-<name> folder under the output
-            check_segment(name, "Split name", ParquetConfigError)
+            check_segment(name, "Split name")
         if len(set(names)) != len(names):
             raise ParquetConfigError(f"Split names must be unique; got {names}.")
 

@@ -25,7 +25,6 @@ stages, one module each:
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -37,7 +36,6 @@ from typing import List, Optional, Sequence
 from tfx_bridge.artifacts import examples, layout, savedmodel
 from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 from tfx_bridge.components.pytorch_model_importer import rewrite, transform_wrap
-from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
 from tfx_bridge.components.pytorch_model_importer.export import (  # noqa: F401  (the API)
     DEFAULT_OPSET,
     MIN_OPSET,
@@ -131,11 +129,8 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
                             "converter": converter}, transform_dir)
     remote_onnx = source.kind == SOURCE_ONNX and fs.is_remote(source.path)
     source_root = fs.dirname(source.path) if remote_onnx else source.path
-    with contextlib.ExitStack() as stack:
-        local_root = stack.enter_context(fs.local_copy(source_root))
-        local_out = stack.enter_context(fs.local_output(output_dir))
-        transform = (stack.enter_context(fs.local_copy(transform_dir, "tfx-bridge-tft-"))
-                     if transform_dir else None)
+    with fs.staged_locally(source_root, transform_dir, output=output_dir) as (
+            local_root, transform, local_out):
         local_path = (os.path.join(local_root, fs.basename(source.path)) if remote_onnx
                       else local_root)
         local = dataclasses.replace(source, path=local_path)
@@ -211,8 +206,7 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
         feeds_from = transformed_examples_dir if transform_dir else examples_dir
         if transform_dir and not transformed_examples_dir:
             feeds_from = None
-        real = (examples.inputs_from_examples(feeds_from, inputs, max(batch_sizes),
-                                              ImporterConfigError)
+        real = (examples.inputs_from_examples(feeds_from, inputs, max(batch_sizes))
                 if feeds_from else None)
         findings: Optional[List[ExportFinding]] = [] if module is not None else None
         checks = verify(model_dir, onnx_path, inputs, output_names, module, atol, rtol,

@@ -13,7 +13,6 @@ from tfx.types import artifact_utils
 from tfx_bridge.artifacts import properties, schema_file
 from tfx_bridge.components.pytorch_model_importer import convert, report, signature, source
 from tfx_bridge.components.pytorch_model_importer.errors import (
-    ImporterConfigError,
     NotEquivalent,
 )
 from tfx_bridge.storage import fs
@@ -75,8 +74,7 @@ class Executor(base_executor.BaseExecutor):
         outputs = signature.check_output_names(output_names)
         schema = None
         if input_dict.get(SCHEMA_KEY):
-            schema = schema_file.load_schema(artifact_utils.get_single_uri(input_dict[SCHEMA_KEY]),
-                                             ImporterConfigError)
+            schema = schema_file.load_schema(artifact_utils.get_single_uri(input_dict[SCHEMA_KEY]))
         examples_dir = (artifact_utils.get_single_uri(input_dict[EXAMPLES_KEY])
                         if input_dict.get(EXAMPLES_KEY) else None)
         model = artifact_utils.get_single_instance(output_dict[MODEL_KEY])

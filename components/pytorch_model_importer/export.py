@@ -62,6 +62,7 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
         fastpath = []  # the fast-path switch changes nothing in an already traced graph
     try:
         with fused.onnx_symbolics(), export_fixes.onnx_symbolics(), swaps.mha_fastpath_off(), \
+                swaps.model_export_paths(module) as export_paths, \
                 swaps.dense_embedding_bags(module) as (exported, bags), torch.no_grad(), \
                 warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", torch.jit.TracerWarning)
@@ -91,6 +92,12 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
             swaps.MHA_FASTPATH_OFF, fastpath,
             "exported with torch.backends.mha.set_fastpath_enabled(False): the fused "
             "attention kernels have no ONNX form; the unfused ops compute the same"))
+    if export_paths:
+        applied.append(Rewrite(
+            swaps.MODEL_ONNX_EXPORT_PATH, export_paths,
+            f"exported with config.{swaps.ONNX_EXPORT_SWITCH}=True: these modules' code has "
+            "its own path for ONNX export (their default one freezes sizes of the export "
+            "sample); checked against the default path"))
     if bags:
         applied.append(Rewrite(
             swaps.EMBEDDING_BAG_DENSE, bags,

@@ -20,11 +20,11 @@ __all__ = ["DTYPES", "TensorSpec", "check_output_names", "make_inputs", "parse_i
 
 def parse_input_spec(text: str) -> TensorSpec:
     """Parses ``name:dtype:shape[:lo..hi]``, naming what is wrong (ImporterConfigError)."""
-    return tensorspec.parse_input_spec(text, ImporterConfigError)
+    return tensorspec.parse_input_spec(text)
 
 
 def parse_input_specs(texts: Sequence[str]) -> List[TensorSpec]:
-    specs = tensorspec.parse_input_specs(texts, ImporterConfigError)
+    specs = tensorspec.parse_input_specs(texts)
     strings = [s.name for s in specs if s.dtype == "string"]
     if strings:
         raise ImporterConfigError(

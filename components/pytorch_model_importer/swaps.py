@@ -16,10 +16,17 @@ Imported only when a torch module is exported (torch is the ``onnx`` extra).
   every reduction and an all-padding bag giving zeros, as PyTorch does.
   A bag called ragged (1-D ids + ``offsets``) runs as itself and is exported
   through fused.py's Loop-free ``embedding_bag`` form (not named here).
+- ``model-onnx-export-path``: some models carry their own code path for ONNX
+  export, switched by ``config.onnx_export`` (transformers' Longformer and LED:
+  their default chunking uses ``as_strided`` with sizes the trace freezes, so
+  the graph is only right at the export batch). When a module's code reads
+  that switch, its config has it on during the export (and back off after:
+  the checks compare against the model's default path).
 """
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Iterator, List, Tuple
 
 import torch
@@ -29,6 +36,9 @@ from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigEr
 
 MHA_FASTPATH_OFF = "mha-fastpath-off"
 EMBEDDING_BAG_DENSE = "embedding-bag-dense"
+MODEL_ONNX_EXPORT_PATH = "model-onnx-export-path"
+# The config attribute transformers' models read to take their ONNX-export code path.
+ONNX_EXPORT_SWITCH = "onnx_export"
 
 # Module types (or TorchScript original names) whose eval fast path has no ONNX form.
 _FASTPATH_MODULES = ("TransformerEncoderLayer", "TransformerEncoder", "MultiheadAttention")
@@ -169,3 +179,49 @@ def dense_embedding_bags(module: nn.Module) -> Iterator[Tuple[nn.Module, list]]:
 def dense_names(swapped: List[DenseEmbeddingBag]) -> List[str]:
     """The bags export called over fixed-width ids (swapped to gather + reduce)."""
     return [m.qualified_name for m in swapped if m.dense]
+
+
+def _reads_export_switch(cls) -> bool:
+    """Whether the source of the module defining ``cls`` reads ``config.onnx_export``."""
+    import inspect
+
+    defined_in = sys.modules.get(cls.__module__)
+    try:
+        text = inspect.getsource(defined_in) if defined_in is not None else ""
+    except (OSError, TypeError):  # built-in, compiled or without source
+        return False
+    return f"config.{ONNX_EXPORT_SWITCH}" in text or f'"{ONNX_EXPORT_SWITCH}"' in text
+
+
+@contextlib.contextmanager
+def model_export_paths(module: nn.Module) -> Iterator[List[str]]:
+    """``config.onnx_export = True`` for the block on the configs of submodules whose
+    code reads it; yields the names of those submodules (empty: nothing changed).
+    Each config is restored afterwards (the attribute removed if it was absent)."""
+    if isinstance(module, torch.jit.ScriptModule):
+        yield []  # a compiled graph: its code paths are fixed
+        return
+    readers = {}
+    for cls in {type(m) for m in module.modules()}:
+        readers[cls] = _reads_export_switch(cls)
+    configs, names = {}, []
+    for name, m in module.named_modules():
+        config = getattr(m, "config", None)
+        if config is None or not readers[type(m)] or isinstance(config, (dict, str)):
+            continue
+        names.append(name or type(m).__name__)
+        configs.setdefault(id(config), (config, getattr(config, ONNX_EXPORT_SWITCH,
+                                                        _ABSENT)))
+    try:
+        for config, _ in configs.values():
+            setattr(config, ONNX_EXPORT_SWITCH, True)
+        yield names
+    finally:
+        for config, before in configs.values():
+            if before is _ABSENT:
+                delattr(config, ONNX_EXPORT_SWITCH)
+            else:
+                setattr(config, ONNX_EXPORT_SWITCH, before)
+
+
+_ABSENT = object()

@@ -246,7 +246,7 @@ def paired_rows(transform_dir: str, raw_examples: str, transformed_examples: str
     output = _tft().TFTransformOutput(transform_dir)
     names = [s.name for s in inputs]
     transformed_spec = {n: output.transformed_feature_spec()[n] for n in names}
-    materialised = examples.read_records(transformed_examples, scan, ImporterConfigError, split)
+    materialised = examples.read_records(transformed_examples, scan, split)
     if not materialised:
         return [], {}, 0, 0
     parsed = tf.io.parse_example(tf.constant(materialised), transformed_spec)
@@ -254,7 +254,7 @@ def paired_rows(transform_dir: str, raw_examples: str, transformed_examples: str
     by_key: Dict[bytes, int] = {}
     for i, key in enumerate(_row_keys(columns, names)):
         by_key.setdefault(key, i)
-    raw = examples.read_records(raw_examples, scan, ImporterConfigError, split)
+    raw = examples.read_records(raw_examples, scan, split)
     layer = output.transform_features_layer()
     raw_spec = output.raw_feature_spec()
     graph = layer(tf.io.parse_example(tf.constant(raw), raw_spec)) if raw else {}

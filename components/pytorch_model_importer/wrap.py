@@ -96,7 +96,7 @@ def wrap_saved_model(converted, out_dir: str, inputs: Sequence[TensorSpec],
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLE_INPUT)],
                  autograph=False)
     def serve_examples(serialized):
-        parsed = examples.parse_examples(serialized, inputs, ImporterConfigError)
+        parsed = examples.parse_examples(serialized, inputs)
         return serve(*[parsed[s.name] for s in inputs])
 
     module.serve = serve

@@ -230,7 +230,7 @@ def contract_from_saved_model(path: str, signature: str = "serving_default") -> 
     if not fs.exists(fs.join(path, "saved_model.pb")) and fs.exists(
             fs.join(path, "Format-Serving", "saved_model.pb")):
         path = fs.join(path, "Format-Serving")
-    inputs = signature_specs(path, signature, SchemaGuardConfigError)["inputs"]
+    inputs = signature_specs(path, signature)["inputs"]
     origin = f"model {signature}"
     features = []
     for name, info in sorted(inputs.items()):

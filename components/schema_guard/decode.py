@@ -57,7 +57,6 @@ def read_record_batches(path: str, batch_size: int,
     a crash in TF's reader.
     """
     for batch in tfrecord.read_batches(path, batch_size, max_record_bytes=max_record_bytes,
-                                       error=SchemaGuardInputError,
                                        shown=shown or fs.basename(path)):
         yield batch.first, batch.records
 

@@ -9,9 +9,6 @@ from tfx_bridge.artifacts import schema_file, tfrecord
 from tfx_bridge.components.schema_guard.contract import (
     ConsumerFeature,
 )
-from tfx_bridge.components.schema_guard.errors import (
-    SchemaGuardConfigError,
-)
 from tfx_bridge.components.schema_guard.findings import (
     _KIND_OF_TYPE,
     DEFAULT_BATCH_SIZE,
@@ -92,7 +89,7 @@ def expectations_from_schema(schema) -> Tuple[Expectation, ...]:
 
 def load_schema(path: str):
     """A TFMD Schema from a text proto file or a SchemaGen artifact folder."""
-    return schema_file.load_schema(path, SchemaGuardConfigError)
+    return schema_file.load_schema(path)
 
 
 @dataclasses.dataclass(frozen=True)

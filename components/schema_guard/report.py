@@ -15,7 +15,6 @@ from typing import Dict, Iterable, List, Optional
 
 from tfx_bridge.artifacts import layout
 from tfx_bridge.components.schema_guard import guard
-from tfx_bridge.components.schema_guard.errors import SchemaGuardConfigError
 from tfx_bridge.components.schema_guard.guard import Finding, Findings
 from tfx_bridge.storage import fs
 from tfx_bridge.storage.names import child
@@ -86,7 +85,7 @@ def write_reports(output_dir: str, findings: Findings, splits: List[str], schema
     blessed = not ordered
     fs.makedirs(output_dir)
     for split in splits:
-        folder = child(output_dir, f"Split-{split}", error=SchemaGuardConfigError)
+        folder = child(output_dir, f"Split-{split}")
         fs.write_bytes(fs.join(folder, ANOMALIES_FILE),
                        anomalies_proto(ordered, split, schema).SerializeToString())
     doc = {"blessed": blessed, "splits": splits, "context": context, **findings.to_json()}

@@ -39,10 +39,14 @@ def inspect_model(saved_model_dir: str, warmup_file: str = "") -> dict:
 
 
 def serving_signature(saved_model_dir: str, name: str = SERVING_SIGNATURE) -> dict:
-    """A signature's inputs/outputs read from saved_model.pb (no graph is loaded)."""
-    from tfx_bridge.artifacts.savedmodel import signature_specs
+    """A signature's inputs/outputs read from saved_model.pb (no graph is loaded).
+    A model without it fails the push's checks (recorded as pushed=0), not the config."""
+    from tfx_bridge.artifacts.savedmodel import SavedModelError, signature_specs
 
-    return signature_specs(saved_model_dir, name, PushRefused)
+    try:
+        return signature_specs(saved_model_dir, name)
+    except SavedModelError as e:
+        raise PushRefused(str(e)) from e
 
 
 # --------------------------------------------------------------------------- checks

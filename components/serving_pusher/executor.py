@@ -11,6 +11,7 @@ from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 from tfx_bridge.artifacts import properties
+from tfx_bridge.artifacts.model_facts import ModelFacts, model_facts
 from tfx_bridge.components.serving_pusher import serving
 from tfx_bridge.storage import fs
 
@@ -65,6 +66,18 @@ def _blessed(artifacts: Optional[List[types.Artifact]]) -> Optional[int]:
     return int(_prop(artifacts[0], BLESSED_PROPERTY, 0) or 0)
 
 
+def _gate(artifact: types.Artifact, facts: ModelFacts, required: bool) -> Optional[int]:
+    """A Model folder's verdict: its report's ``blessed`` and any ``blessed`` property
+    set on the artifact, either one at 0 failing it; None (no gate) when it has
+    neither, or 0 then when ``required``."""
+    verdicts = [] if facts.blessed is None else [int(facts.blessed)]
+    if _prop(artifact, BLESSED_PROPERTY, None) is not None:
+        verdicts.append(_blessed([artifact]))
+    if not verdicts:
+        return 0 if required else None
+    return min(verdicts)
+
+
 class Executor(base_executor.BaseExecutor):
     """Pushes only when every supplied gate is blessed; records why not otherwise."""
 
@@ -74,23 +87,29 @@ class Executor(base_executor.BaseExecutor):
         self._log_startup(input_dict, output_dict, exec_properties)
         model = artifact_utils.get_single_instance(input_dict[MODEL_KEY])
         pushed = artifact_utils.get_single_instance(output_dict[PUSHED_MODEL_KEY])
+        # The Model folders' own reports, read as `tfx-bridge push` reads them. A
+        # `blessed` property set on the Model by anything else (an Importer, another
+        # component) gates too: either one at 0 stops the push. The other gates are
+        # TFX's and SchemaGuard's artifacts (their blessed property).
+        facts = model_facts(model.uri)
+        imported = input_dict.get(IMPORTED_MODEL_KEY)
+        imported_facts = model_facts(imported[0].uri) if imported else None
         blessings = {
-            "the model (optimizer drift / importer equivalence)":
-                _blessed([model]) if _prop(model, BLESSED_PROPERTY, None) is not None
-                else None,
-            "the importer (equivalence)": _blessed(input_dict.get(IMPORTED_MODEL_KEY)),
+            serving.MODEL_GATE: _gate(model, facts, required=False),
+            # Supplied to gate the push: no verdict at all fails closed.
+            "the importer (equivalence)": (_gate(imported[0], imported_facts, required=True)
+                                           if imported else None),
             "SchemaGuard": _blessed(input_dict.get(SCHEMA_GUARD_KEY)),
             "Evaluator (ModelBlessing)": _blessed(input_dict.get(MODEL_BLESSING_KEY)),
             "InfraValidator (InfraBlessing)": _blessed(input_dict.get(INFRA_BLESSING_KEY)),
         }
         blessings = {k: v for k, v in blessings.items() if v is not None}
-        flags = str(_prop(model, properties.SERVING_FLAGS, "") or "").split()
+        flags = list(facts.serving_flags)
         examples = (artifact_utils.get_single_uri(input_dict[EXAMPLES_KEY])
                     if input_dict.get(EXAMPLES_KEY) else None)
         batching = exec_properties.get(BATCHING_KEY)
         identity = None
-        imported = input_dict.get(IMPORTED_MODEL_KEY)
-        source = _prop(imported[0], properties.SOURCE_DIGEST, None) if imported else None
+        source = imported_facts.source_digest if imported_facts else None
         if source:
             # Two optimizer runs over the same sources may keep different (drift-checked,
             # equivalent) candidates; only what the server must be told changes the model.
@@ -100,7 +119,7 @@ class Executor(base_executor.BaseExecutor):
             exec_properties[BASE_PATH_KEY], exec_properties[MODEL_NAME_KEY],
             label=exec_properties.get(LABEL_KEY) or "stable",
             target=exec_properties.get(TARGET_KEY) or "cpu",
-            requires_gpu=bool(int(_prop(model, properties.REQUIRES_GPU, 0) or 0)),
+            requires_gpu=facts.requires_gpu,
             serving_flags=flags,
             examples_dir=examples,
             allow_contract_change=bool(exec_properties.get(ALLOW_CONTRACT_CHANGE_KEY) or 0),

@@ -35,7 +35,7 @@ import uuid
 from typing import List, Optional
 
 from tfx_bridge.components.serving_pusher.base_layout import WARMUP_DIR, WARMUP_FILE
-from tfx_bridge.components.serving_pusher.errors import PusherConfigError, PushRefused
+from tfx_bridge.components.serving_pusher.errors import PushRefused
 from tfx_bridge.components.serving_pusher.state import State, update_state, versions
 from tfx_bridge.storage import fs
 from tfx_bridge.storage.names import child
@@ -51,7 +51,7 @@ def _taken(model_root: str, state: State) -> int:
     """The highest number any push has used: state, version folders (complete or
     not) and markers."""
     names = fs.listdir(model_root) if fs.isdir(model_root) else []
-    markers = child(model_root, MARKERS, error=PusherConfigError)
+    markers = child(model_root, MARKERS)
     marked = fs.listdir(markers) if fs.isdir(markers) else []
     numbers = [int(n) for n in names + marked if n.isdigit()]
     return max([state.last_version, *numbers])
@@ -61,8 +61,7 @@ def allocate_version(model_root: str) -> int:
     """The next free version number, taken for good by a conditional create."""
     number = _taken(model_root, State.load(model_root)) + 1
     stamp = json.dumps({"created": time.time()}).encode()
-    while not fs.create_if_absent(child(model_root, MARKERS, str(number),
-                                        error=PusherConfigError), stamp):
+    while not fs.create_if_absent(child(model_root, MARKERS, str(number)), stamp):
         number += 1  # another push took it between the listing and the create
     return number
 
@@ -74,15 +73,15 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
     ``<name>/<N>/`` (saved_model.pb last), records the state; returns N."""
     if not fs.isfile(fs.join(saved_model_dir, "saved_model.pb")):
         raise PushRefused(f"{saved_model_dir} has no saved_model.pb.")
-    model_root = child(base_path, model_name, error=PusherConfigError)
+    model_root = child(base_path, model_name)
     staging = child(base_path, STAGING_ROOT, model_name,
-                    f"{int(time.time())}-{uuid.uuid4().hex}", error=PusherConfigError)
+                    f"{int(time.time())}-{uuid.uuid4().hex}")
     try:
         fs.copy_tree(saved_model_dir, staging)
         if warmup_file:
             fs.copy(warmup_file, fs.join(staging, WARMUP_DIR, WARMUP_FILE))
         version = allocate_version(model_root)
-        fs.copy_tree(staging, child(model_root, str(version), error=PusherConfigError),
+        fs.copy_tree(staging, child(model_root, str(version)),
                      last=("saved_model.pb",))
 
         def record(state: State) -> None:
@@ -104,25 +103,25 @@ def clean_stale(base_path: str, model_name: str, now: Optional[float] = None) ->
     without saved_model.pb, once older than STALE_AFTER_S. Returns their paths."""
     now = time.time() if now is None else now
     removed = []
-    staging_root = child(base_path, STAGING_ROOT, model_name, error=PusherConfigError)
+    staging_root = child(base_path, STAGING_ROOT, model_name)
     for name in fs.listdir(staging_root) if fs.isdir(staging_root) else []:
         started = name.split("-", 1)[0]
         if started.isdigit() and now - int(started) > STALE_AFTER_S:
-            path = child(staging_root, name, error=PusherConfigError)
+            path = child(staging_root, name)
             fs.remove(path)
             removed.append(path)
-    model_root = child(base_path, model_name, error=PusherConfigError)
+    model_root = child(base_path, model_name)
     complete = set(versions(model_root))
     for name in fs.listdir(model_root) if fs.isdir(model_root) else []:
         if not name.isdigit() or int(name) in complete:
             continue
-        marker = child(model_root, MARKERS, name, error=PusherConfigError)
+        marker = child(model_root, MARKERS, name)
         try:
             created = float(json.loads(fs.read_text(marker))["created"])
         except Exception:  # noqa: BLE001  (no or unreadable marker: not ours to remove)
             continue
         if now - created > STALE_AFTER_S:
-            path = child(model_root, name, error=PusherConfigError)
+            path = child(model_root, name)
             fs.remove(path)
             removed.append(path)
     return removed
@@ -141,7 +140,7 @@ def apply_retention(model_root: str, keep: int) -> List[int]:
 
     update_state(model_root, retire)
     for v in doomed:
-        folder = child(model_root, str(v), error=PusherConfigError)
+        folder = child(model_root, str(v))
         fs.remove(fs.join(folder, "saved_model.pb"))  # first: the version stops counting
         fs.remove(folder)
     return doomed

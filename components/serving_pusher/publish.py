@@ -134,9 +134,9 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
     if fs.is_remote(base_path):
         return object_store.publish(saved_model_dir, base_path, model_name, warmup_file,
                                     label, digest)
-    model_root = child(base_path, model_name, error=PusherConfigError)
+    model_root = child(base_path, model_name)
     os.makedirs(model_root, exist_ok=True)
-    staging = child(model_root, f"{STAGING_PREFIX}{uuid.uuid4().hex}", error=PusherConfigError)
+    staging = child(model_root, f"{STAGING_PREFIX}{uuid.uuid4().hex}")
     try:
         _copy_tree_synced(saved_model_dir, staging)
         if warmup_file:
@@ -150,7 +150,7 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
             # Issue the number first: a crash after this wastes a number, never reuses one.
             state.last_version = version
             state.save(model_root)
-            os.rename(staging, child(model_root, str(version), error=PusherConfigError))
+            os.rename(staging, child(model_root, str(version)))
             _fsync_dir(model_root)
             if digest is not None:
                 state.digests[str(version)] = digest
@@ -176,7 +176,7 @@ def clean_stale_staging(model_root: str) -> List[str]:
         return removed
     for d in os.listdir(model_root):
         if d.startswith(STAGING_PREFIX):
-            shutil.rmtree(child(model_root, d, error=PusherConfigError), ignore_errors=True)
+            shutil.rmtree(child(model_root, d), ignore_errors=True)
             removed.append(d)
     return removed
 
@@ -194,9 +194,8 @@ def apply_retention(model_root: str, keep: int) -> List[int]:
     removed = [v for v in all_versions if v not in keep_set]
     for v in removed:
         # Rename away first, so Serving never sees a half-deleted integer folder.
-        doomed = child(model_root, f"{STAGING_PREFIX}delete-{v}-{uuid.uuid4().hex}",
-                       error=PusherConfigError)
-        os.rename(child(model_root, str(v), error=PusherConfigError), doomed)
+        doomed = child(model_root, f"{STAGING_PREFIX}delete-{v}-{uuid.uuid4().hex}")
+        os.rename(child(model_root, str(v)), doomed)
         shutil.rmtree(doomed, ignore_errors=True)
     return removed
 

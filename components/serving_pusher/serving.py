@@ -101,13 +101,17 @@ from tfx_bridge.storage import fs
 from tfx_bridge.storage.folders import unsafe_links
 from tfx_bridge.storage.names import check_segment
 
+# The gate the pushed Model folder's own report.json holds (optimizer drift check or
+# importer equivalence), named in push reasons on both routes.
+MODEL_GATE = "the model (optimizer drift / importer equivalence)"
+
 # --------------------------------------------------------------------------- push
 
 
 def check_model_name(model_name: str) -> str:
     """A model name is a folder under the base path and a key in models.config: one safe
     path segment, and not a number (TF Serving would read it as a version)."""
-    check_segment(model_name, "Model name", PusherConfigError)
+    check_segment(model_name, "Model name")
     if model_name.isdigit():
         raise PusherConfigError(
             f"Model name {model_name!r} is a number: TF Serving reads integer folders as "
@@ -153,7 +157,7 @@ def push(saved_model_dir: str, base_path: str, model_name: str, *args, **kwargs
     check_model_name(model_name)
     if not fs.isfile(fs.join(saved_model_dir, "saved_model.pb")):
         raise PusherConfigError(f"{saved_model_dir} has no saved_model.pb.")
-    with fs.local_copy(saved_model_dir, prefix="tfx-bridge-push-") as local:
+    with fs.staged_locally(saved_model_dir, prefix="tfx-bridge-push-") as (local,):
         return push_local(local, base_path, model_name, *args, **kwargs)
 
 
@@ -306,7 +310,7 @@ def _served_signature(version_dir: str) -> dict:
     """serving_default of a pushed version (read from a local copy on object stores)."""
     if not fs.is_remote(version_dir):
         return serving_signature(version_dir)
-    with fs.local_copy(version_dir, prefix="tfx-bridge-served-") as local:
+    with fs.staged_locally(version_dir, prefix="tfx-bridge-served-") as (local,):
         return serving_signature(local)
 
 

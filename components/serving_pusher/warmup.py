@@ -8,9 +8,6 @@ from tfx_bridge.artifacts.savedmodel import SERVING_SIGNATURE
 from tfx_bridge.components.serving_pusher.base_layout import (
     MAX_WARMUP,
 )
-from tfx_bridge.components.serving_pusher.errors import (
-    PusherConfigError,
-)
 from tfx_bridge.storage import fs
 
 # --------------------------------------------------------------------------- warmup
@@ -50,8 +47,7 @@ def synthesize_feeds(signature: dict, count: int, batch: int = 1,
         dims = (-1,) + dims[1:]
         specs.append(TensorSpec(name, s["dtype"], dims))
     if examples_dir:
-        real = examples.inputs_from_examples(examples_dir, specs, count * batch,
-                                             PusherConfigError)
+        real = examples.inputs_from_examples(examples_dir, specs, count * batch)
         if real and examples.tile_rows(real, batch) is not None:
             return [examples.tile_rows(real, batch, start=i * batch) for i in range(count)]
     return [make_inputs(specs, batch, seed=i) for i in range(count)]

@@ -8,7 +8,6 @@ from typing import Dict, Optional
 import numpy as np
 
 from tfx_bridge.artifacts import savedmodel
-from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError
 from tfx_bridge.components.trt_optimizer.results import (
     IMPORTER_REPORT,
 )
@@ -19,7 +18,7 @@ from tfx_bridge.storage import fs
 
 def resolve_saved_model(path: str) -> str:
     """A SavedModel folder, or a Model artifact folder holding Format-Serving/."""
-    return savedmodel.resolve_saved_model(path, OptimizerConfigError)
+    return savedmodel.resolve_saved_model(path)
 
 
 def _input_specs(saved_model_dir: str, fn):
@@ -31,7 +30,7 @@ def _input_specs(saved_model_dir: str, fn):
     report = fs.join(fs.dirname(saved_model_dir.rstrip("/")), IMPORTER_REPORT)
     if fs.exists(report):
         for text in json.loads(fs.read_text(report)).get("inputs", []):
-            spec = tensorspec.parse_input_spec(text, OptimizerConfigError)
+            spec = tensorspec.parse_input_spec(text)
             declared[spec.name] = spec
     specs = []
     for name, t in sorted(fn.structured_input_signature[1].items()):
@@ -57,8 +56,7 @@ def representative_inputs(specs, batch: int, seed: int, examples_dir: Optional[s
     from tfx_bridge.artifacts import examples, tensorspec
 
     if examples_dir:
-        real = examples.inputs_from_examples(examples_dir, specs, 2 * max(batch, 32),
-                                             OptimizerConfigError)
+        real = examples.inputs_from_examples(examples_dir, specs, 2 * max(batch, 32))
         if real:
             n = len(next(iter(real.values())))
             if n >= 2:

@@ -134,7 +134,7 @@ def optimize(model_path: str, output_dir: str, *args, **kwargs) -> OptimizeResul
     if not (fs.is_remote(model_path) or fs.is_remote(output_dir)):
         return optimize_local(model_path, output_dir, *args, **kwargs)
     resolve_saved_model(model_path)  # a clear refusal before anything is copied
-    with fs.local_copy(model_path) as local_model, fs.local_output(output_dir) as local_out:
+    with fs.staged_locally(model_path, output=output_dir) as (local_model, local_out):
         return optimize_local(local_model, local_out, *args, **kwargs)
 
 

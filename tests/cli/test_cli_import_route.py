@@ -120,6 +120,6 @@ def test_cli_import_model_and_component_write_the_same_folder(tmp_path, capfd):
         if path.startswith("Format-PyTorch") or path.endswith(".json"):
             assert by_component[path] == by_cli[path], path  # the same bytes
     for name in (savedmodel.SERVING_SIGNATURE, savedmodel.EXAMPLE_SIGNATURE):
-        specs = [savedmodel.signature_specs(os.path.join(d, savedmodel.SERVING_DIR), name,
-                                            AssertionError) for d in (component_dir, cli_dir)]
+        specs = [savedmodel.signature_specs(os.path.join(d, savedmodel.SERVING_DIR), name)
+                 for d in (component_dir, cli_dir)]
         assert specs[0] == specs[1], name

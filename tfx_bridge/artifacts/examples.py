@@ -6,7 +6,7 @@ Examples folder may be a URI (read through tf.io.gfile).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Type
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -16,7 +16,12 @@ from tfx_bridge.errors import BridgeError, informative_line
 from tfx_bridge.storage import fs
 
 
-def feature_spec(spec: TensorSpec, error: Type[Exception] = BridgeError):
+class ExamplesError(BridgeError):
+    """Examples that cannot give the model's inputs (not tf.Examples, features missing,
+    a shape the tf.Example signature cannot parse)."""
+
+
+def feature_spec(spec: TensorSpec):
     """The tf.io parse spec of a declared input (int64/float32 on the wire)."""
     import tensorflow as tf
 
@@ -27,17 +32,16 @@ def feature_spec(spec: TensorSpec, error: Type[Exception] = BridgeError):
         return tf.io.FixedLenFeature(inner, wire)
     if len(inner) == 1:
         return tf.io.VarLenFeature(wire)
-    raise error(
+    raise ExamplesError(
         f"Input {spec.name!r} {spec.shape}: the tf.Example signature parses fixed shapes or "
         "one variable-length dimension; declare the inner dimensions.")
 
 
-def parse_examples(serialized, inputs: Sequence[TensorSpec],
-                   error: Type[Exception] = BridgeError) -> Dict[str, object]:
+def parse_examples(serialized, inputs: Sequence[TensorSpec]) -> Dict[str, object]:
     """tf.io.parse_example with the wire dtypes, then a cast to each declared dtype."""
     import tensorflow as tf
 
-    parsed = tf.io.parse_example(serialized, {s.name: feature_spec(s, error) for s in inputs})
+    parsed = tf.io.parse_example(serialized, {s.name: feature_spec(s) for s in inputs})
     out = {}
     for s in inputs:
         value = parsed[s.name]
@@ -47,46 +51,43 @@ def parse_examples(serialized, inputs: Sequence[TensorSpec],
     return out
 
 
-def read_records(examples_dir: str, count: int, error: Type[Exception] = BridgeError,
-                 split: str = "*") -> List[bytes]:
+def read_records(examples_dir: str, count: int, split: str = "*") -> List[bytes]:
     """Up to ``count`` serialized records of a split (default: any split) of an
     Examples folder, read with checked headers (a forged length is a refusal)."""
     records: List[bytes] = []
     for path in sorted(fs.glob(fs.join(examples_dir, f"Split-{split}", "*"))):
-        for batch in tfrecord.read_batches(path, count, error=error,
-                                           limit=count - len(records)):
+        for batch in tfrecord.read_batches(path, count, limit=count - len(records)):
             records.extend(batch.records)
         if len(records) >= count:
             break
     return records
 
 
-def inputs_from_examples(examples_dir: str, inputs: Sequence[TensorSpec], count: int,
-                         error: Type[Exception] = BridgeError
+def inputs_from_examples(examples_dir: str, inputs: Sequence[TensorSpec], count: int
                          ) -> Optional[Dict[str, np.ndarray]]:
     """Up to ``count`` rows of real inputs parsed from an Examples folder (None if empty)."""
     import tensorflow as tf
     from google.protobuf.message import DecodeError
 
-    records = read_records(examples_dir, count, error)
+    records = read_records(examples_dir, count)
     if not records:
         return None
     serialized = tf.constant(records)
     try:
         present = set(tf.train.Example.FromString(records[0]).features.feature)
     except DecodeError as e:
-        raise error(f"The first record in {examples_dir} is not a tf.Example ({e}). Give Examples "
-                    "as ExampleGen writes them.") from e
+        raise ExamplesError(f"The first record in {examples_dir} is not a tf.Example ({e}). "
+                            "Give Examples as ExampleGen writes them.") from e
     missing = [s.name for s in inputs if s.name not in present]
     if missing:
-        raise error(
+        raise ExamplesError(
             f"The Examples at {examples_dir} lack the model's input(s) {missing} (their "
             f"features: {sorted(present)}). Give Examples of the data the model consumes, "
             "or leave them out to use random inputs.")
     try:
-        parsed = parse_examples(serialized, inputs, error)
+        parsed = parse_examples(serialized, inputs)
     except tf.errors.InvalidArgumentError as e:
-        raise error(f"The Examples at {examples_dir} do not parse as the model's inputs "
+        raise ExamplesError(f"The Examples at {examples_dir} do not parse as the model's inputs "
                     f"({', '.join(s.to_text() for s in inputs)}): {informative_line(e)}") from e
     return {spec.name: parsed[spec.name].numpy() for spec in inputs}
 

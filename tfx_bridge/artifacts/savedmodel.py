@@ -8,8 +8,7 @@ imports.
 """
 from __future__ import annotations
 
-from typing import Type
-
+from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage import fs
 
 # Where a Model artifact keeps its SavedModel (TFX's serving-model layout).
@@ -27,11 +26,15 @@ TFLITE_FILE = "model.tflite"
 SERVER_FLAGS = (XLA_FLAG, TFLITE_FLAG)
 
 
-def signature_specs(saved_model_dir: str, name: str, error: Type[Exception]) -> dict:
+class SavedModelError(BridgeError):
+    """A folder that is not a SavedModel (or Model artifact), or lacks a signature."""
+
+
+def signature_specs(saved_model_dir: str, name: str) -> dict:
     """``{"inputs"|"outputs": {key: {"dtype": "float32", "shape": [None, 4] | None}}}``.
 
     ``shape`` is None for unknown rank; unknown dimensions are None. Raises
-    ``error`` (the caller's typed error) naming the file or the signatures found.
+    :class:`SavedModelError` naming the file or the signatures found.
     """
     import tensorflow as tf
     from tensorflow.core.protobuf import saved_model_pb2
@@ -40,12 +43,13 @@ def signature_specs(saved_model_dir: str, name: str, error: Type[Exception]) -> 
     try:
         model = saved_model_pb2.SavedModel.FromString(fs.read_bytes(path))
     except Exception as e:
-        raise error(f"{path} is missing or not a SavedModel ({e}).") from e
+        raise SavedModelError(f"{path} is missing or not a SavedModel ({e}).") from e
     signatures = {}
     for graph in model.meta_graphs:
         signatures.update(graph.signature_def)
     if name not in signatures:
-        raise error(f"{saved_model_dir} has no {name} signature; it has {sorted(signatures)}.")
+        raise SavedModelError(
+            f"{saved_model_dir} has no {name} signature; it has {sorted(signatures)}.")
 
     def spec(info) -> dict:
         shape = (None if info.tensor_shape.unknown_rank else
@@ -56,14 +60,14 @@ def signature_specs(saved_model_dir: str, name: str, error: Type[Exception]) -> 
             "outputs": {k: spec(v) for k, v in signatures[name].outputs.items()}}
 
 
-def resolve_saved_model(path: str, error: Type[Exception]) -> str:
+def resolve_saved_model(path: str) -> str:
     """A SavedModel folder, or a Model artifact folder holding Format-Serving/."""
     if fs.exists(fs.join(path, "saved_model.pb")):
         return path
     inner = fs.join(path, SERVING_DIR)
     if fs.exists(fs.join(inner, "saved_model.pb")):
         return inner
-    raise error(
+    raise SavedModelError(
         f"{path} is neither a SavedModel (no saved_model.pb) nor a Model artifact folder "
         f"(no {SERVING_DIR}/saved_model.pb). Give the folder holding saved_model.pb, or the "
         "importer's or optimizer's output folder.")

@@ -3,7 +3,7 @@
 Shared by the importer (declared signatures), the optimizer and the pusher
 (inputs for drift checks, timing and warmup). No TFX, torch or TF imports: the
 CLI parses specs before loading anything heavy. Functions that refuse input
-take the component's own error type (``error=``).
+raise :class:`TensorSpecError`.
 
   user_id:int64:-1:0..49999      a batch of ids, values drawn in [0, 49999] for checks
   image:float32:-1,3,224,224     NCHW images; kept NCHW (no silent NHWC)
@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from tfx_bridge.errors import BridgeError
+
+
+class TensorSpecError(BridgeError):
+    """An input spec that does not parse (``name:dtype:shape[:lo..hi]``)."""
 
 DTYPES = ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool",
           "string")
@@ -67,54 +71,54 @@ def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else str(v)
 
 
-def parse_input_spec(text: str, error: Type[Exception] = BridgeError) -> TensorSpec:
+def parse_input_spec(text: str) -> TensorSpec:
     """Parses ``name:dtype:shape[:lo..hi]``, naming what is wrong."""
     parts = text.split(":")
     if len(parts) not in (3, 4):
-        raise error(
+        raise TensorSpecError(
             f"Input spec {text!r}: expected name:dtype:shape[:lo..hi], e.g. "
             "'user_id:int64:-1:0..49999' or 'image:float32:-1,3,224,224'.")
     name, dtype, shape_text = parts[:3]
     if not NAME_PATTERN.match(name):
-        raise error(f"Input spec {text!r}: bad name {name!r}.")
+        raise TensorSpecError(f"Input spec {text!r}: bad name {name!r}.")
     if dtype not in DTYPES:
-        raise error(
+        raise TensorSpecError(
             f"Input spec {text!r}: dtype {dtype!r} is not one of {', '.join(DTYPES)}.")
     try:
         shape = tuple(int(d) for d in shape_text.split(",")) if shape_text else ()
     except ValueError as e:
-        raise error(
+        raise TensorSpecError(
             f"Input spec {text!r}: shape {shape_text!r} must be comma-separated ints "
             "(-1 for a dynamic dimension).") from e
     if any(d < -1 or d == 0 for d in shape):
-        raise error(f"Input spec {text!r}: dimensions must be positive or -1.")
+        raise TensorSpecError(f"Input spec {text!r}: dimensions must be positive or -1.")
     if not shape or shape[0] != -1:
-        raise error(
+        raise TensorSpecError(
             f"Input spec {text!r}: the first dimension is the batch and must be -1 "
             "(e.g. -1 or -1,3,224,224).")
     value_range = None
     if len(parts) == 4:
         m = re.match(r"^(-?[0-9.e+-]+)\.\.(-?[0-9.e+-]+)$", parts[3])
         if not m:
-            raise error(
+            raise TensorSpecError(
                 f"Input spec {text!r}: range {parts[3]!r} must look like 0..999 or -1.5..1.5.")
         lo, hi = float(m.group(1)), float(m.group(2))
         if lo > hi:
-            raise error(f"Input spec {text!r}: range low {lo} > high {hi}.")
+            raise TensorSpecError(f"Input spec {text!r}: range low {lo} > high {hi}.")
         value_range = (lo, hi)
     return TensorSpec(name, dtype, shape, value_range)
 
 
-def parse_input_specs(texts: Sequence[str], error: Type[Exception] = BridgeError
+def parse_input_specs(texts: Sequence[str]
                       ) -> List[TensorSpec]:
     if not texts:
-        raise error(
+        raise TensorSpecError(
             "Declare at least one input, e.g. --input user_id:int64:-1:0..49999.")
-    specs = [parse_input_spec(t, error) for t in texts]
+    specs = [parse_input_spec(t) for t in texts]
     names = [s.name for s in specs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise error(f"Input names must be unique; repeated: {dupes}.")
+        raise TensorSpecError(f"Input names must be unique; repeated: {dupes}.")
     return specs
 
 

@@ -25,10 +25,14 @@ from __future__ import annotations
 import dataclasses
 import struct
 import zlib
-from typing import Iterator, List, Optional, Type
+from typing import Iterator, List, Optional
 
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage import fs
+
+
+class RecordFileError(BridgeError):
+    """A TFRecord file that is corrupt, ends early or declares an oversized record."""
 
 # tf.Examples are rarely more than a few MB; an image or audio clip may be tens.
 DEFAULT_MAX_RECORD_BYTES = 64 << 20
@@ -111,13 +115,12 @@ class _Source:
 
 def read_batches(path: str, batch_size: int = 1000,
                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
-                 error: Type[Exception] = BridgeError, shown: Optional[str] = None,
+                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, shown: Optional[str] = None,
                  limit: Optional[int] = None) -> Iterator[Batch]:
     """The records of one TFRecord file (gzip or not) in batches, every header
     and record checked. ``limit`` stops after that many records.
 
-    Raises ``error`` naming the file, the record index and its byte offset
+    Raises :class:`RecordFileError` naming the file, the record index and its byte offset
     (uncompressed) for a bad checksum, a truncated record or a length over
     ``max_record_bytes``.
     """
@@ -136,28 +139,30 @@ def read_batches(path: str, batch_size: int = 1000,
                 if len(src.buf) - src.pos < _HEADER and not src.fill(_HEADER):
                     if len(src.buf) == src.pos:
                         break
-                    raise error(f"{name}, record {index} at byte {src.consumed + src.pos}: the "
-                                "file ends inside a record header (truncated). Re-create it.")
+                    raise RecordFileError(
+                        f"{name}, record {index} at byte {src.consumed + src.pos}: the file "
+                        "ends inside a record header (truncated). Re-create it.")
                 buf, pos = src.buf, src.pos
                 length, crc = unpack(buf, pos)
                 if _mask(crc32c(buf[pos:pos + 8])) != crc:
-                    raise error(_bad_header(name, index, src.consumed + pos, src.gzip))
+                    raise RecordFileError(_bad_header(name, index, src.consumed + pos, src.gzip))
                 end = pos + _HEADER + length + 4
                 if length > max_record_bytes or (size is not None
                                                  and src.consumed + end > size):
-                    raise error(_bad_length(name, index, src.consumed + pos, length,
-                                            max_record_bytes, size))
+                    raise RecordFileError(_bad_length(name, index, src.consumed + pos,
+                                                      length, max_record_bytes, size))
                 if end > len(buf):
                     if not src.fill(end - pos):
-                        raise error(f"{name}, record {index} at byte {src.consumed + src.pos}: "
-                                    "the file ends inside the record (truncated). Re-create "
-                                    "it.")
+                        raise RecordFileError(
+                            f"{name}, record {index} at byte {src.consumed + src.pos}: the "
+                            "file ends inside the record (truncated). Re-create it.")
                     buf, pos = src.buf, src.pos
                     end = pos + _HEADER + length + 4
                 data = buf[pos + _HEADER:end - 4]
                 if _mask(crc32c(data)) != struct.unpack_from("<I", buf, end - 4)[0]:
-                    raise error(f"{name}, record {index} at byte {src.consumed + pos}: the "
-                                "record's data fails its checksum (corrupt). Re-create it.")
+                    raise RecordFileError(
+                        f"{name}, record {index} at byte {src.consumed + pos}: the record's "
+                        "data fails its checksum (corrupt). Re-create it.")
                 src.pos = end
                 batch.append(data)
                 held += length
@@ -168,9 +173,9 @@ def read_batches(path: str, batch_size: int = 1000,
             if batch:
                 yield Batch(first, batch)
     except zlib.error as e:
-        raise error(f"{name}: gzip data is corrupt ({e}). Re-create the file.") from e
+        raise RecordFileError(f"{name}: gzip data is corrupt ({e}). Re-create the file.") from e
     except tf.errors.OpError as e:
-        raise error(f"{name}: cannot read ({e.message.splitlines()[0]}).") from e
+        raise RecordFileError(f"{name}: cannot read ({e.message.splitlines()[0]}).") from e
 
 
 def _bad_header(name: str, index: int, at: int, gzip: bool) -> str:

@@ -1,7 +1,7 @@
 """Where bytes live: every artifact or data path may be a URI.
 
 - ``fs``: the filesystem API every core uses (local paths, ``s3://`` through
-  boto3, ``gs://`` through tf.io.gfile), ``local_copy`` / ``local_output`` for
+  boto3, ``gs://`` through tf.io.gfile), ``staged_locally`` for
   tools that need local files, conditional writes.
 - ``s3``: the boto3 backend (ranged reads, ``If-None-Match`` / ``If-Match``).
 - ``objectstore``: the AWS variables, their mapping onto Beam's ``--s3_*``

@@ -11,8 +11,8 @@ one backend module and one entry in :data:`BACKENDS`.
 
 Beam pipelines use Beam's ``FileSystems`` inside their transforms; tools that
 need local files (torch.load, onnx2tf, onnxruntime, the TFLite converter) get
-a local copy from :func:`local_copy` and write back through
-:func:`local_output`.
+local copies from :func:`staged_locally` (:func:`local_copy` down,
+:func:`local_output` up).
 
 Example:
     >>> import tempfile
@@ -209,6 +209,24 @@ def copy_tree(src: str, dst: str, last: Tuple[str, ...] = ()) -> None:
         if not is_remote(target):
             makedirs(dirname(target))
         copy(join(src, *rel.split("/")), target)
+
+
+@contextlib.contextmanager
+def staged_locally(*paths: Optional[str], output: Optional[str] = None,
+                   prefix: str = "tfx-bridge-") -> Iterator[tuple]:
+    """Copy down, run, copy up: the one way a core runs local-only tools on URIs.
+
+    Yields a tuple: a local path for each of ``paths`` (itself when local, else
+    a temporary copy removed afterwards; None stays None), then, when
+    ``output`` is given, a local folder uploaded to it when the block succeeds
+    (``output`` itself when local). A failed block uploads nothing.
+    """
+    with contextlib.ExitStack() as stack:
+        local = [None if p is None else stack.enter_context(local_copy(p, prefix))
+                 for p in paths]
+        if output is not None:
+            local.append(stack.enter_context(local_output(output, prefix)))
+        yield tuple(local)
 
 
 @contextlib.contextmanager

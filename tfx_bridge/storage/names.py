@@ -12,22 +12,26 @@ Example:
   >>> check_segment("../evil", "model name")  # doctest: +ELLIPSIS
   Traceback (most recent call last):
   ...
-  tfx_bridge.errors.BridgeError: model name '../evil' cannot be used as a folder name: ...
+  tfx_bridge.storage.names.UnsafeNameError: model name '../evil' cannot be used as a ...
 """
 from __future__ import annotations
 
 import re
-from typing import Type
 
 from tfx_bridge.errors import BridgeError
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 
 
-def check_segment(value: str, what: str, error: Type[Exception] = BridgeError) -> str:
-    """``value`` if it is a safe single path segment, else ``error`` naming it and the rule."""
+class UnsafeNameError(BridgeError):
+    """A user string that cannot be a path segment, or a path that would leave its root."""
+
+
+def check_segment(value: str, what: str) -> str:
+    """``value`` if it is a safe single path segment, else :class:`UnsafeNameError`
+    naming it and the rule."""
     if not isinstance(value, str) or not _SEGMENT.match(value):
-        raise error(
+        raise UnsafeNameError(
             f"{what} {value!r} cannot be used as a folder name: use 1-128 letters, digits, "
             "'_', '-' or '.', not starting with '.' or '-' (e.g. 'ctr' or 'ctr_v2').")
     return value
@@ -50,7 +54,7 @@ def is_inside(path: str, root: str) -> bool:
     return p == r or p.startswith(r.rstrip(os.sep) + os.sep)
 
 
-def child(root: str, *parts: str, error: Type[Exception] = BridgeError) -> str:
+def child(root: str, *parts: str) -> str:
     """``root`` joined with ``parts``, refused unless it resolves inside ``root``.
 
     Every write and delete under a root goes through this, so a name that
@@ -67,7 +71,7 @@ def child(root: str, *parts: str, error: Type[Exception] = BridgeError) -> str:
     join = posixpath.join if "://" in root else os.path.join
     path = join(root, *parts)
     if not is_inside(path, root):
-        raise error(f"{path} resolves outside {root}; refusing to write or delete there. "
+        raise UnsafeNameError(f"{path} resolves outside {root}; refusing to write or delete there. "
                     "A name or a symlink inside the folder points out of it: remove the link "
                     "or fix the name.")
     return path

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import uuid
-from typing import Iterator, Sequence, Type
+from typing import Iterator, Sequence
 
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage import fs
@@ -35,15 +35,18 @@ STAGING_PREFIX = ".tfx-bridge-staging-"
 REPLACED_PREFIX = ".tfx-bridge-replaced-"
 
 
+class StagingError(BridgeError):
+    """An output folder the run may not replace (a file, or someone's own entries)."""
+
+
 @contextlib.contextmanager
-def staged_output(output: str, owned: Sequence[str], verb: str,
-                  error: Type[Exception] = BridgeError) -> Iterator[str]:
+def staged_output(output: str, owned: Sequence[str], verb: str) -> Iterator[str]:
     """Yields a staging folder inside ``output``; on success its entries replace
     ``output``'s. ``owned`` are the glob patterns of the top-level entries the
     verb writes; an existing output holding anything else is refused.
     """
     if fs.isfile(output):
-        raise error(f"--output {output} is a file. Give a folder (new or from an earlier "
+        raise StagingError(f"--output {output} is a file. Give a folder (new or from an earlier "
                     f"`{verb}` run).")
     if fs.isdir(output):
         entries = fs.listdir(output)
@@ -53,7 +56,7 @@ def staged_output(output: str, owned: Sequence[str], verb: str,
         foreign = [e for e in entries if e not in leftovers
                    and not any(fnmatch.fnmatchcase(e, p) for p in owned)]
         if foreign:
-            raise error(
+            raise StagingError(
                 f"--output {output} holds {foreign[:5]}{' ...' if len(foreign) > 5 else ''}, "
                 f"which `{verb}` does not write (it writes {list(owned)}); nothing was "
                 "changed. Give a new or empty folder, or one an earlier run of this verb "

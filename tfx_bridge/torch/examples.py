@@ -215,8 +215,7 @@ class ExamplesDataset(IterableDataset):
         carry: Optional[Dict[str, np.ndarray]] = None
         for path in files:
             for batch in tfrecord.read_batches(path, self.chunk_records,
-                                               max_record_bytes=self.max_record_bytes,
-                                               error=ExamplesReadError):
+                                               max_record_bytes=self.max_record_bytes):
                 mine = by_file or unit % readers == index
                 unit += 1
                 if not mine:

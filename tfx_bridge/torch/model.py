@@ -65,8 +65,8 @@ class ModelSpec:
         if not isinstance(self.module_kwargs, dict):
             problems.append("module_kwargs is not an object")
         try:
-            tensorspec.parse_input_specs(list(self.inputs), TorchModelError)
-        except (TorchModelError, TypeError) as e:
+            tensorspec.parse_input_specs(list(self.inputs))
+        except (tensorspec.TensorSpecError, TypeError) as e:
             problems.append(f"inputs: {e}")
         if (not isinstance(self.outputs, list) or not self.outputs
                 or not all(isinstance(o, str) and o for o in self.outputs)):

@@ -23,6 +23,7 @@ from tfx_bridge.components.parquet_example_gen.errors import (
     ParquetInputError,
     ParquetSchemaError,
 )
+from tfx_bridge.storage.names import UnsafeNameError
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
@@ -498,5 +499,5 @@ def test_ingest_direct_runner_multi_process_same_records(tmp_path):
 @pytest.mark.parametrize("splits", ["x:1,x/../../ESCAPED:1", "../a:1", "train:1,:1",
                                     "a/b:1", ".hidden:1"])
 def test_split_names_that_are_not_one_folder_refused(tmp_path, splits):
-    with pytest.raises(ParquetConfigError, match=r"Split name .* cannot be used as a folder"):
+    with pytest.raises(UnsafeNameError, match=r"Split name .* cannot be used as a folder"):
         core.SplitConfig.parse(splits, "*.parquet")

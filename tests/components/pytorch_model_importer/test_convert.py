@@ -12,6 +12,7 @@ onnx = pytest.importorskip("onnx", reason="needs the [onnx] extra (onnx)")
 
 import tensorflow as tf  # noqa: E402
 
+from tfx_bridge.artifacts.tensorspec import TensorSpecError  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.errors import (  # noqa: E402
     ImporterConfigError,
@@ -153,7 +154,7 @@ def test_onnx_external_data_outside_folder_refused(tmp_path):
     ("x:int64:-1:9..1", r"range low 9.0 > high 1.0"),
 ])
 def test_input_spec_bad_text_refused(text, match):
-    with pytest.raises(ImporterConfigError, match=match):
+    with pytest.raises(TensorSpecError, match=match):
         signature.parse_input_spec(text)
 
 

@@ -2,6 +2,8 @@
 experts no token chose exports every expert; a branch frozen for the sample is named."""
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,12 @@ ort = pytest.importorskip("onnxruntime")
 
 from torch import nn  # noqa: E402
 
-from tfx_bridge.components.pytorch_model_importer import export, report, signature  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer import (  # noqa: E402
+    export,
+    report,
+    signature,
+    swaps,
+)
 
 
 class SkippingMoE(nn.Module):
@@ -110,6 +117,38 @@ def test_import_export_froze_the_batch_names_onnxruntime_node_and_module(tmp_pat
     assert cause.startswith("the exported ONNX graph is not the torch model: at batch 1 "
                             "onnxruntime fails at ONNX op Reshape (node /")
     assert "FrozenBatch" in cause and __file__ in cause  # the module and the traced line
+
+
+class OwnExportPath(nn.Module):
+    """Carries its own code path for ONNX export behind ``config.onnx_export``, as
+    transformers' Longformer and LED do; the default path freezes the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.config = types.SimpleNamespace()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if getattr(self.config, "onnx_export", False):
+            return self.proj(x).reshape(-1, 2, 2).sum(-1)
+        n = int(x.shape[0])
+        return self.proj(x).reshape(n, 2, 2).sum(-1)
+
+
+def test_import_model_with_own_export_path_exported_through_it_and_verified(tmp_path):
+    result = _import(tmp_path, OwnExportPath, ["x:float32:-1,4:-1..1"])
+    assert result.blessed, result.report["checks"]  # against the default path
+    applied = {r["kind"]: r["nodes"] for r in result.report["rewrites"]}
+    assert applied[swaps.MODEL_ONNX_EXPORT_PATH] == ["OwnExportPath"]
+
+
+def test_model_export_paths_restores_config_after_export():
+    module = OwnExportPath()
+    with swaps.model_export_paths(module) as names:
+        assert names == ["OwnExportPath"] and module.config.onnx_export is True
+    assert not hasattr(module.config, "onnx_export")
+    with swaps.model_export_paths(FrozenBatch()) as names:  # no config to switch
+        assert names == []
 
 
 class IgnoresMask(nn.Module):

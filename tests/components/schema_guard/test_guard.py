@@ -16,6 +16,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2
 
+from tfx_bridge.artifacts.tfrecord import RecordFileError
 from tfx_bridge.components.schema_guard import contract as contracts
 from tfx_bridge.components.schema_guard import guard, report
 from tfx_bridge.components.schema_guard.errors import (
@@ -333,7 +334,7 @@ def test_scan_corrupt_records_file_refused(tmp_path):
     folder = tmp_path / "ex" / "Split-train"
     folder.mkdir(parents=True)
     (folder / "data.gz").write_bytes(b"not gzip at all")
-    with pytest.raises(SchemaGuardInputError, match=r"data\.gz, record 0 at byte 0: the first "
+    with pytest.raises(RecordFileError, match=r"data\.gz, record 0 at byte 0: the first "
                        r"record header fails its checksum: not a TFRecord file"):
         guard.scan_examples(str(tmp_path / "ex"), config(None))
 
@@ -349,7 +350,7 @@ def test_scan_forged_record_length_refused_not_allocated(tmp_path):
     folder = tmp_path / "ex" / "Split-train"
     folder.mkdir(parents=True)
     (folder / "data").write_bytes(forged)
-    with pytest.raises(SchemaGuardInputError, match=r"data, record 0 at byte 0: the record "
+    with pytest.raises(RecordFileError, match=r"data, record 0 at byte 0: the record "
                        r"claims 1099511627776 bytes, over the limit of 1048576 bytes"):
         guard.scan_examples(str(tmp_path / "ex"), config(None, max_record_bytes=1 << 20))
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tfx_bridge.artifacts import tfrecord
-from tfx_bridge.errors import BridgeError
+from tfx_bridge.artifacts.tfrecord import RecordFileError
 
 
 def _write(path, records, compression=""):
@@ -51,7 +51,7 @@ def test_read_batches_forged_terabyte_header_refused_with_offset(tmp_path):
     good = _frame(b"x" * 40)
     path.write_bytes(good + _frame(b"", length=1 << 40)[:12] + b"\0" * (76 - len(good) - 12))
     assert path.stat().st_size == 76
-    with pytest.raises(BridgeError, match=rf"forged\.tfrecord, record 1 at byte {len(good)}: "
+    with pytest.raises(RecordFileError, match=rf"forged\.tfrecord, record 1 at byte {len(good)}: "
                        r"the record claims 1099511627776 bytes, over the limit"):
         _all(str(path))
 
@@ -59,14 +59,14 @@ def test_read_batches_forged_terabyte_header_refused_with_offset(tmp_path):
 def test_read_batches_length_past_end_of_file_refused(tmp_path):
     path = tmp_path / "short.tfrecord"
     path.write_bytes(_frame(b"y" * 100, length=5000))  # 116 bytes
-    with pytest.raises(BridgeError, match=r"record 0 at byte 0: the record claims 5000 bytes "
+    with pytest.raises(RecordFileError, match=r"record 0 at byte 0: the record claims 5000 bytes "
                        r"but the file has 104 left"):
         _all(str(path))
 
 
 def test_read_batches_gzip_record_over_limit_refused_before_reading(tmp_path):
     path = _write(tmp_path / "big.gz", [b"s" * 10, b"b" * 5000], "GZIP")
-    with pytest.raises(BridgeError, match=r"record 1 at byte 26: the record claims 5000 bytes, "
+    with pytest.raises(RecordFileError, match=r"record 1 at byte 26: the record claims 5000 bytes, "
                        r"over the limit of 4096 bytes.*raise the limit"):
         _all(path, max_record_bytes=4096)
 
@@ -74,16 +74,16 @@ def test_read_batches_gzip_record_over_limit_refused_before_reading(tmp_path):
 def test_read_batches_not_tfrecords_refused(tmp_path):
     plain = tmp_path / "notes.txt"
     plain.write_bytes(b"just some text that is long enough to hold a header")
-    with pytest.raises(BridgeError, match=r"notes\.txt, record 0 at byte 0: the first record "
+    with pytest.raises(RecordFileError, match=r"notes\.txt, record 0 at byte 0: the first record "
                        r"header fails its checksum: not a TFRecord file"):
         _all(str(plain))
     zipped = tmp_path / "notes.gz"
     zipped.write_bytes(gzip.compress(plain.read_bytes()))
-    with pytest.raises(BridgeError, match=r"gzip data that is not TFRecords"):
+    with pytest.raises(RecordFileError, match=r"gzip data that is not TFRecords"):
         _all(str(zipped))
     broken = tmp_path / "broken.gz"
     broken.write_bytes(b"\x1f\x8b" + b"\0" * 30)
-    with pytest.raises(BridgeError, match=r"broken\.gz: gzip data is corrupt"):
+    with pytest.raises(RecordFileError, match=r"broken\.gz: gzip data is corrupt"):
         _all(str(broken))
 
 
@@ -92,7 +92,7 @@ def test_read_batches_flipped_data_byte_refused(tmp_path):
     raw[12 + 5 + 4 + 12 + 1] ^= 1  # a byte of the second record's data
     path = tmp_path / "flip.tfrecord"
     path.write_bytes(bytes(raw))
-    with pytest.raises(BridgeError, match=r"record 1 at byte 21: the record's data fails its "
+    with pytest.raises(RecordFileError, match=r"record 1 at byte 21: the record's data fails its "
                        r"checksum"):
         _all(str(path))
 
@@ -100,7 +100,8 @@ def test_read_batches_flipped_data_byte_refused(tmp_path):
 def test_read_batches_truncated_inside_record_refused(tmp_path):
     path = tmp_path / "cut.gz"
     path.write_bytes(gzip.compress(_frame(b"z" * 300)[:100]))
-    with pytest.raises(BridgeError, match=r"record 0 at byte 0: the file ends inside the record"):
+    with pytest.raises(RecordFileError,
+                       match=r"record 0 at byte 0: the file ends inside the record"):
         _all(str(path))
 
 

@@ -1,4 +1,4 @@
-"""tfx_bridge.storage.fs on local disk (s3 is tested against a server in tests/objectstore)."""
+"""tfx_bridge.storage.fs on local disk (s3: test_s3.py, against a server)."""
 from __future__ import annotations
 
 import os
@@ -78,3 +78,11 @@ def test_fs_scheme_dispatch_local_s3_gfile_and_a_registered_backend(monkeypatch,
     assert fs.exists("mem://x/a.txt") and fs.read_text("mem://x/a.txt") == "hi"
     with pytest.raises(NotImplementedError, match="write if on mem://x/a.txt: object stores"):
         fs.write_if("mem://x/a.txt", b"", None)
+
+
+def test_staged_locally_local_paths_pass_through_and_none_stays_none(tmp_path):
+    src = tmp_path / "model"
+    src.mkdir()
+    with fs.staged_locally(str(src), None, output=str(tmp_path / "out")) as (m, t, out):
+        assert (m, t, out) == (str(src), None, str(tmp_path / "out"))
+        assert os.path.isdir(out)

@@ -5,13 +5,12 @@ import os
 
 import pytest
 
-from tfx_bridge.errors import BridgeError
-from tfx_bridge.storage.names import child, is_inside
+from tfx_bridge.storage.names import UnsafeNameError, child, is_inside
 
 
 @pytest.mark.parametrize("parts", [("..", "evil"), ("a/../../evil",), ("/etc",)])
 def test_child_path_leaving_root_refused(tmp_path, parts):
-    with pytest.raises(BridgeError, match=r"resolves outside .*refusing to write or delete"):
+    with pytest.raises(UnsafeNameError, match=r"resolves outside .*refusing to write or delete"):
         child(str(tmp_path / "root"), *parts)
 
 
@@ -19,7 +18,7 @@ def test_child_symlink_planted_in_root_refused(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     os.symlink(tmp_path, root / "link")
-    with pytest.raises(BridgeError, match="resolves outside"):
+    with pytest.raises(UnsafeNameError, match="resolves outside"):
         child(str(root), "link", "x")
     assert child(str(root), "ok", "x") == str(root / "ok" / "x")
 

@@ -15,6 +15,8 @@ from tensorflow_serving.config import model_server_config_pb2
 from tfx_bridge.components.serving_pusher import object_store, serving
 from tfx_bridge.storage import fs, s3
 
+pytestmark = pytest.mark.s3
+
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, scaled_saved_model):

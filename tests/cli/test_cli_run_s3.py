@@ -17,6 +17,8 @@ from tfx_bridge.artifacts import tfrecord  # noqa: E402
 from tfx_bridge.pipelines import demo_data, train_demo_model  # noqa: E402
 from tfx_bridge.storage import fs  # noqa: E402
 
+pytestmark = pytest.mark.s3
+
 
 @pytest.mark.slow
 def test_cli_run_with_every_root_on_s3_pushes_a_loadable_version(tmp_path, s3_bucket,
