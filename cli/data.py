@@ -14,7 +14,7 @@ from tfx_bridge.cli.common import (
     positive_int,
     shown,
 )
-from tfx_bridge.storage import fs, objectstore, staging
+from tfx_bridge.storage import fs, staging
 
 INGEST_WRITES = ("Split-*", "source_schema.json")
 VALIDATE_WRITES = ("Split-*", "findings.json", "report.md", "report.html")
@@ -24,11 +24,11 @@ def _direct_pipeline_factory(num_workers: Optional[int]) -> Callable[[], Any]:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfx_bridge.pipelines.beam_args import direct_runner_args
+    from tfx_bridge import beam as beam_options
 
-    args = direct_runner_args(num_workers)
-    args += objectstore.beam_s3_args(args)
-    objectstore.set_beam_options(args)
+    args = beam_options.direct_runner_args(num_workers)
+    args += beam_options.s3_args(args)
+    beam_options.set_filesystem_options(args)
 
     def make():
         return beam.Pipeline(options=PipelineOptions(args))

@@ -120,8 +120,8 @@ def _object_store_run(paths: List[str]) -> Optional[List[str]]:
     """For a pipeline run touching ``s3://``: tensorflow-io registered for the stock
     components, and Beam's s3 options (from the AWS variables); None otherwise.
     The last of ``paths`` is the serving base path."""
+    from tfx_bridge import beam
     from tfx_bridge.components.serving_pusher import serving
-    from tfx_bridge.pipelines import beam_args
 
     # A serving base path the pusher refuses (gs://) or cannot reach stops the run now,
     # not after the pipeline's other components have run.
@@ -129,7 +129,7 @@ def _object_store_run(paths: List[str]) -> Optional[List[str]]:
     if not objectstore.uses_s3(paths):
         return None
     objectstore.enable_tfio()
-    return beam_args.object_store_args(paths)
+    return beam.object_store_args(paths)
 
 
 def _mode_options(args: argparse.Namespace) -> Dict[str, Any]:

@@ -48,7 +48,8 @@ def compile_pipeline(output: str, pipeline_root: str, data_root: str,
         raise BridgeError(f"Kubeflow compile needs kfp ({e}): pip install 'tfx-bridge[kfp]' "
                           "-c constraints.txt") from e
 
-    from tfx_bridge.pipelines import beam_args, pipeline
+    from tfx_bridge import beam as beam_options
+    from tfx_bridge.pipelines import pipeline
     from tfx_bridge.storage import objectstore
 
     if model_source is None:
@@ -61,7 +62,7 @@ def compile_pipeline(output: str, pipeline_root: str, data_root: str,
 
     # Beam's s3 options (endpoint, region from the AWS variables) for s3:// paths;
     # credentials stay in the tasks' environment.
-    beam = beam_args.object_store_args(
+    beam = beam_options.object_store_args(
         [p for p in (pipeline_root, data_root, model_source, serving_base_path) if p],
         beam_pipeline_args)
     p = pipeline.create_pipeline(

@@ -142,7 +142,7 @@ def run_full(workdir: str, data_root: str, model_source: Optional[str],
     ``pipeline_root`` (default ``<workdir>/pipeline_root``), ``data_root``,
     ``model_source`` and ``serving_base_path`` may be ``s3://`` or ``gs://``
     (for s3 the caller enables tensorflow-io for the stock components and passes
-    Beam its options: :func:`tfx_bridge.pipelines.beam_args.object_store_args`);
+    Beam its options: :func:`tfx_bridge.beam.object_store_args`);
     MLMD stays in a SQLite file in ``workdir``. ``pipeline_options`` go to
     :func:`tfx_bridge.pipelines.pipeline.create_pipeline` (e.g.
     ``optimizer_iterations``). ``model_source=None`` trains in the pipeline:

@@ -13,9 +13,9 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
+from tfx_bridge import beam as beam_options
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
 from tfx_bridge.components.parquet_example_gen.errors import ParquetConfigError
-from tfx_bridge.storage import objectstore
 
 COLUMNS_KEY = "columns"
 BATCH_SIZE_KEY = "batch_size"
@@ -73,7 +73,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         batch_size = exec_properties.get(BATCH_SIZE_KEY)
         # Planning lists and reads footers through Beam's FileSystems outside a pipeline;
         # its S3 filesystem needs the run's options (endpoint, region) there too.
-        objectstore.set_beam_options(self._beam_pipeline_args or [])
+        beam_options.set_filesystem_options(self._beam_pipeline_args or [])
         plan = core.plan_ingest(
             exec_properties[standard_component_specs.INPUT_BASE_KEY],
             split_config_from_protos(input_config, output_config),

@@ -11,8 +11,8 @@ through boto3 with ``--s3_*`` pipeline options. Users set what boto3 reads:
   S3-compatible servers
 
 and :func:`tfio_env` maps them onto tensorflow-io's variables (for stock TFX
-components, which read s3 through tf.io.gfile), :func:`beam_s3_args` onto
-Beam's options (explicit options win). tfx-bridge's own cores read s3 through
+components, which read s3 through tf.io.gfile), :func:`tfx_bridge.beam.s3_args`
+onto Beam's options (explicit options win). tfx-bridge's own cores read s3 through
 boto3 (:mod:`tfx_bridge.storage.s3`): tensorflow-io 0.37.1, the last release for TF
 2.16, aborts a process that used its S3 filesystem at exit (exit 134,
 tensorflow/io#2039). No TFX imports.
@@ -25,7 +25,7 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence
 from urllib.parse import urlparse
 
 from tfx_bridge.errors import BridgeError
@@ -68,31 +68,6 @@ def check_credentials(env: Mapping[str, str] = os.environ) -> None:
         raise ObjectStoreError(
             f"s3:// with the endpoint {endpoint_url(env) or env.get('S3_ENDPOINT')} needs "
             f"credentials: set {' and '.join(missing)} (or AWS_PROFILE).")
-
-
-def _has_option(args: Sequence[str], name: str) -> bool:
-    return any(a == name or a.startswith(name + "=") for a in args)
-
-
-def beam_s3_args(explicit: Sequence[str] = (), env: Mapping[str, str] = os.environ
-                 ) -> List[str]:
-    """Beam ``--s3_*`` options from the AWS variables, for those ``explicit`` lacks.
-
-    Only the endpoint and region: Beam's boto3 client takes the keys from the
-    environment itself, and pipeline options are stored (TFX keeps
-    beam_pipeline_args in MLMD), so credentials never go into them.
-    """
-    wanted = {"--s3_endpoint_url": endpoint_url(env), "--s3_region_name": region(env)}
-    return [f"{k}={v}" for k, v in wanted.items() if v and not _has_option(explicit, k)]
-
-
-def set_beam_options(args: Sequence[str]) -> None:
-    """Makes Beam's FileSystems (used outside a pipeline, e.g. to plan an ingest)
-    see ``args`` (Beam's S3 filesystem needs options even when they are empty)."""
-    from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    FileSystems.set_options(PipelineOptions(list(args)))
 
 
 _TFIO = {"enabled": False}

@@ -479,7 +479,7 @@ def test_ingest_direct_runner_multi_process_same_records(tmp_path):
     """beam_pipeline_args reach a multi-process DirectRunner; the records are the same."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfx_bridge.pipelines.beam_args import direct_runner_args
+    from tfx_bridge.beam import direct_runner_args
 
     table = pa.table({"id": pa.array(range(900), pa.int64()),
                       "v": pa.array([[i, i + 1] for i in range(900)], pa.list_(pa.int32()))})

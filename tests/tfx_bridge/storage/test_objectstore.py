@@ -1,4 +1,4 @@
-"""tfx_bridge.storage.objectstore: the AWS variables mapped for Beam and tensorflow-io."""
+"""tfx_bridge.storage.objectstore: the AWS variables mapped for tensorflow-io."""
 from __future__ import annotations
 
 import pytest
@@ -7,17 +7,6 @@ from tfx_bridge.storage import objectstore
 
 ENV = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "eu-west-1",
        "AWS_ENDPOINT_URL": "https://minio.example:9000"}
-
-
-def test_beam_s3_args_endpoint_and_region_never_credentials():
-    args = objectstore.beam_s3_args(env=ENV)
-    assert args == ["--s3_endpoint_url=https://minio.example:9000",
-                    "--s3_region_name=eu-west-1"]
-
-
-def test_beam_s3_args_explicit_options_win():
-    explicit = ["--s3_endpoint_url=http://other:1", "--runner=DirectRunner"]
-    assert objectstore.beam_s3_args(explicit, env=ENV) == ["--s3_region_name=eu-west-1"]
 
 
 def test_tfio_env_https_endpoint_and_existing_values_kept():
