@@ -37,9 +37,6 @@ _FLATTEN_HINT = {
 }
 
 
-# --------------------------------------------------------------------------- types
-
-
 def _scalar_feature_kind(t: pa.DataType) -> Tuple[Optional[str], Optional[str]]:
     """(feature kind, None) for a carried scalar type, else (None, refusal kind)."""
     if pa.types.is_dictionary(t):

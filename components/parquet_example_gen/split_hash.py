@@ -8,7 +8,6 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-# --------------------------------------------------------------------------- split hash
 #
 # TFX ExampleGen buckets a record by sha256 of its deterministic serialization.
 # tfx_bsl's encoder serializes the feature map in an order that changes from

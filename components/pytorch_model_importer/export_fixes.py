@@ -56,8 +56,6 @@ INDEX_ADD_SCATTER_ADD = "index-add-scatter-add"
 # ScatterElements adds duplicates from opset 16; below it torch's own symbolic stays.
 _INDEX_ADD_OPSETS = tuple(o for o in OPSETS if o >= 16)
 
-# --------------------------------------------------------------------------- adaptive pools
-
 def _bins(size: int, out: int):
     """PyTorch's adaptive pooling windows: [floor(i*size/out), ceil((i+1)*size/out))."""
     return [(i * size // out, -(-(i + 1) * size // out)) for i in range(out)]

@@ -141,8 +141,6 @@ def fix_dynamic_reshapes(path: str, inputs: Sequence[TensorSpec]) -> List[Rewrit
                     "with a Reshape to a constant shape, -1 in the dimension that varies")]
 
 
-# --------------------------------------------------------------------------- convertibility
-
 # What to change in the PyTorch model, per ONNX op onnx2tf 1.24.1 has no converter for.
 _OP_FIXES = {
     "Loop": ("it is a loop the exporter could not unroll, most often nn.EmbeddingBag inside a "

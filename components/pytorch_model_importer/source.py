@@ -72,9 +72,6 @@ class ModelSource:
             raise ModelSourceError(f"Model file {self.path} does not exist.")
 
 
-# --------------------------------------------------------------------------- load
-
-
 def load_torch_module(source: ModelSource):
     """The torch module of a TorchScript or state_dict source, in eval mode."""
     torch = _torch()
@@ -168,7 +165,6 @@ def check_external_data(onnx_path: str) -> None:
         raise ModelSourceError(
             f"{onnx_path}: external data outside the model's folder ({', '.join(bad)}). "
             "Keep weight files next to the .onnx (relative locations) and re-export.")
-
 
 
 def source_digest(source: ModelSource, inputs: Sequence[str], outputs: Sequence[str],

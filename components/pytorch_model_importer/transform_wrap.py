@@ -226,9 +226,6 @@ def wrap(inner_dir: str, out_dir: str, transform_dir: str, inputs: Sequence[Tens
     return raw
 
 
-# --------------------------------------------------------------------------- skew check
-
-
 def _row_keys(columns: Dict[str, np.ndarray], names: Sequence[str]) -> List[bytes]:
     n = len(columns[names[0]])
     return [b"|".join(np.ascontiguousarray(columns[k][i]).tobytes() for k in names)

@@ -48,9 +48,6 @@ from tfx_bridge.components.schema_guard.findings import (
 )
 from tfx_bridge.storage import fs
 
-# --------------------------------------------------------------------------- checks
-
-
 _SHOWN_CHARS = 80  # a sample value is shown cut to this: values are untrusted and may be huge
 
 

@@ -14,8 +14,6 @@ from tfx_bridge.components.schema_guard.findings import (
     DEFAULT_BATCH_SIZE,
 )
 
-# --------------------------------------------------------------------------- expectations
-
 
 @dataclasses.dataclass(frozen=True)
 class Expectation:

@@ -35,9 +35,6 @@ _DTYPE_WORD = {WIRE_INT: "int", WIRE_FLOAT: "float", WIRE_BYTES: "bytes"}
 _ARROW_FOR_WIRE = {WIRE_INT: "int64", WIRE_FLOAT: "float32", WIRE_BYTES: "string"}
 
 
-# --------------------------------------------------------------------------- findings
-
-
 @dataclasses.dataclass
 class Finding:
     """One kind of break on one feature in one split (``split`` None: split-independent)."""

@@ -64,8 +64,6 @@ from tfx_bridge.components.schema_guard.findings import (  # noqa: F401 (guard's
 )
 from tfx_bridge.storage import fs
 
-# --------------------------------------------------------------------------- spec checks
-
 
 def spec_findings(config: GuardConfig, source_schema: Optional[dict]) -> Findings:
     """Checks that need no records: parse dtypes, source types vs the consumer."""

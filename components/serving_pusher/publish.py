@@ -40,8 +40,6 @@ from tfx_bridge.components.serving_pusher.state import (  # noqa: F401  (re-expo
 from tfx_bridge.storage import fs
 from tfx_bridge.storage.names import child
 
-# --------------------------------------------------------------------------- publish
-
 
 def model_digest(saved_model_dir: str) -> str:
     """sha256 over every file's path and bytes (what decides "the same model")."""

@@ -24,8 +24,6 @@ from tfx_bridge.components.serving_pusher.publish import push_lock
 from tfx_bridge.components.serving_pusher.state import State, conditional_update, versions
 from tfx_bridge.storage import fs
 
-# --------------------------------------------------------------------------- configs
-
 
 def models_config_text(base_path: str, server_base_path: str = SERVER_MOUNT) -> str:
     """ModelServerConfig for every model under ``base_path``, checked by parsing.

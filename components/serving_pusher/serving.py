@@ -105,8 +105,6 @@ from tfx_bridge.storage.names import check_segment
 # importer equivalence), named in push reasons on both routes.
 MODEL_GATE = "the model (optimizer drift / importer equivalence)"
 
-# --------------------------------------------------------------------------- push
-
 
 def check_model_name(model_name: str) -> str:
     """A model name is a folder under the base path and a key in models.config: one safe

@@ -10,8 +10,6 @@ from tfx_bridge.components.serving_pusher.base_layout import (
 )
 from tfx_bridge.storage import fs
 
-# --------------------------------------------------------------------------- warmup
-
 
 def write_warmup(path: str, model_name: str, signature: dict, feeds: Sequence[Dict],
                  signature_name: str = SERVING_SIGNATURE) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, Sequence
 
 from tfx_bridge import child
 from tfx_bridge.artifacts.savedmodel import (
@@ -14,11 +14,13 @@ from tfx_bridge.artifacts.savedmodel import (
     TFLITE_FLAG,
     XLA_FLAG,
 )
+from tfx_bridge.components.trt_optimizer import tflite
 from tfx_bridge.components.trt_optimizer.errors import OptimizerError
 from tfx_bridge.components.trt_optimizer.results import (
     BACKEND_ORIGINAL,
     NOXLA_SIGNATURE,
     TRANSFORM_WRAPPED_ATTRIBUTES,
+    Built,
 )
 
 # --------------------------------------------------------------------------- candidates
@@ -31,8 +33,9 @@ def _frozen(fn):
     return convert_variables_to_constants_v2(fn)
 
 
-def build_cpu_candidate(name: str, loaded, out_dir: str) -> List[str]:
-    """Saves candidate ``name`` built from ``loaded`` into ``out_dir``; returns serving flags.
+def build_cpu_candidate(name: str, loaded, out_dir: str) -> Built:
+    """Saves candidate ``name`` built from ``loaded`` into ``out_dir``, with the serving
+    flags it needs.
 
     A Transform-wrapped SavedModel (``inner``, ``transform_raw``,
     ``transform_examples``: docs/ARCHITECTURE.md) has its model half optimized
@@ -96,7 +99,7 @@ def build_cpu_candidate(name: str, loaded, out_dir: str) -> List[str]:
         module.examples = examples
     module.serve = serve
     tf.saved_model.save(module, out_dir, signatures=signatures)
-    return flags
+    return Built(flags)
 
 
 CPU_CANDIDATES = ("xla-cpu", "xla-frozen", "frozen", "tflite")
@@ -109,6 +112,17 @@ _BACKEND = {"xla-cpu": "xla-cpu", "xla-frozen": "xla-cpu", "frozen": "grappler-c
             "tflite": "tflite-cpu"}
 # What the ``backend`` property can say on a host without TensorRT.
 CPU_BACKENDS = (BACKEND_ORIGINAL, *sorted(set(_BACKEND.values())))
+# Every CPU candidate's builder: (source folder, loaded SavedModel, output folder) -> Built.
+CPU_BUILDERS: Dict[str, Callable[[str, object, str], Built]] = {
+    **{n: (lambda source, loaded, out, n=n: build_cpu_candidate(n, loaded, out))
+       for n in ("xla-cpu", "xla-frozen", "frozen")},
+    "tflite": lambda source, loaded, out: tflite.build(source, out),
+}
+
+
+def cpu_builders(names: Sequence[str], source: str) -> Dict[str, Callable[[object, str], Built]]:
+    """``builder(loaded, out_dir) -> Built`` for each candidate of ``names``, in order."""
+    return {n: (lambda loaded, out, n=n: CPU_BUILDERS[n](source, loaded, out)) for n in names}
 
 
 # --------------------------------------------------------------------------- TensorRT
@@ -119,7 +133,7 @@ TRT_WORKER_MODULE = "tfx_bridge.components.trt_optimizer.trt_worker"
 
 
 def convert_tensorrt(source: str, out: str, precision: str, feeds: Dict[int, Dict],
-                     op_denylist: Sequence[str], options: dict) -> List[str]:
+                     op_denylist: Sequence[str], options: dict) -> Built:
     """TF-TRT in a child process (a crash there cannot take the executor down)."""
     spec = {
         "source": source, "out": out, "precision": precision,
@@ -137,7 +151,7 @@ def convert_tensorrt(source: str, out: str, precision: str, feeds: Dict[int, Dic
                              f"{result.stderr_tail}")
     with open(os.path.join(out, "trt_summary.txt"), "w") as f:
         f.write(result.payload or "")
-    return []
+    return Built([])
 
 
 NATIVE_SEGMENT_ENV = "TF_TRT_ALLOW_ENGINE_NATIVE_SEGMENT_EXECUTION"

@@ -13,8 +13,6 @@ from tfx_bridge.components.trt_optimizer.results import (
 )
 from tfx_bridge.storage import fs
 
-# --------------------------------------------------------------------------- inputs
-
 
 def resolve_saved_model(path: str) -> str:
     """A SavedModel folder, or a Model artifact folder holding Format-Serving/."""

@@ -20,8 +20,6 @@ from tfx_bridge.components.trt_optimizer.results import (
     Latency,
 )
 
-# --------------------------------------------------------------------------- measure
-
 
 def measure(fn: Callable, feeds: Dict, iterations: int, warmup: int = 10) -> Latency:
     """p50/p99 of wall time per call, after warm-up (XLA compiles in the warm-up)."""

@@ -53,7 +53,6 @@ from tfx_bridge.artifacts.savedmodel import (  # noqa: F401 (optimize's API)
     TFLITE_FLAG,
     XLA_FLAG,
 )
-from tfx_bridge.components.trt_optimizer import tflite
 from tfx_bridge.components.trt_optimizer.candidates import (  # noqa: F401 (optimize's API)
     _BACKEND,
     CANDIDATE_FLAG,
@@ -64,6 +63,7 @@ from tfx_bridge.components.trt_optimizer.candidates import (  # noqa: F401 (opti
     TRT_WORKER_MODULE,
     build_cpu_candidate,
     convert_tensorrt,
+    cpu_builders,
     engines_only,
 )
 from tfx_bridge.components.trt_optimizer.detect import Probe
@@ -110,8 +110,6 @@ from tfx_bridge.components.trt_optimizer.results import (  # noqa: F401 (optimiz
 from tfx_bridge.errors import short_message
 from tfx_bridge.storage import fs
 
-# --------------------------------------------------------------------------- optimize
-
 
 def _signature_of(local_fn):
     """optimize takes optimize_local's arguments: help() and IDEs show them."""
@@ -152,7 +150,7 @@ def optimize_local(model_path: str, output_dir: str, precision: str = "fp32",
     ``candidates`` picks which of ``CPU_CANDIDATES`` are tried on a host
     without TensorRT (default: ``DEFAULT_CPU_CANDIDATES``, those that need no
     experimental TF Serving flag; XLA and TFLite are opt-in). ``extra_candidates`` maps a name to
-    ``builder(loaded, out_dir) -> flags`` (tests use it to offer a
+    ``builder(loaded, out_dir) -> Built`` (tests use it to offer a
     deliberately perturbed variant to the drift gate).
     """
     import tensorflow as tf
@@ -201,10 +199,7 @@ def optimize_local(model_path: str, output_dir: str, precision: str = "fp32",
                 raise OptimizerConfigError(
                     f"precision {precision} needs TensorRT, which cannot run here "
                     f"({probe.why_not()}); use --precision fp32 on this host.")
-            builders = {name: (lambda loaded, out, name=name: build_cpu_candidate(
-                name, loaded, out)) for name in cpu_candidates if name != "tflite"}
-            if "tflite" in cpu_candidates:
-                builders["tflite"] = lambda loaded, out: tflite.build(source, out)
+            builders = cpu_builders(cpu_candidates, source)
         builders.update(extra_candidates or {})
         folders, servables = {}, {base.name: original_servable}
         for name, builder in builders.items():
@@ -212,10 +207,7 @@ def optimize_local(model_path: str, output_dir: str, precision: str = "fp32",
             result = CandidateResult(name, _BACKEND.get(name, name), [])
             try:
                 built = builder(original, out)
-                if isinstance(built, tflite.Built):
-                    result.serving_flags, result.notes = built.flags, built.notes
-                else:
-                    result.serving_flags = list(built)
+                result.serving_flags, result.notes = list(built.flags), list(built.notes)
                 candidate = load_servable(out, result.serving_flags)
                 for b in batches:
                     result.drift += drift(reference[b], candidate.outputs(held_out[b]), atol,

@@ -27,8 +27,6 @@ from tfx_bridge.components.trt_optimizer.results import (
     CandidateResult,
 )
 
-# --------------------------------------------------------------------------- report
-
 
 def build_report(results, chosen, probe: Probe, precision, batches, atol, rtol, topk,
                  seconds, blessed) -> dict:

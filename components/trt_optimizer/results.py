@@ -25,6 +25,15 @@ DEFAULT_OP_DENYLIST = ("TopKV2",)
 
 
 @dataclasses.dataclass
+class Built:
+    """What every candidate builder returns: the TF Serving flags the folder it wrote
+    needs, and notes for the report (rewrites applied)."""
+
+    flags: List[str]
+    notes: List[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
 class Latency:
     batch: int
     p50_ms: float

@@ -19,7 +19,6 @@ Example:
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -32,6 +31,7 @@ from typing import List, Sequence, Tuple
 from tfx_bridge import child
 from tfx_bridge.artifacts.savedmodel import SERVING_SIGNATURE, TFLITE_FILE, TFLITE_FLAG
 from tfx_bridge.components.trt_optimizer.errors import OptimizerError
+from tfx_bridge.components.trt_optimizer.results import Built
 
 # Abramowitz & Stegun 7.1.26: erf(x) = 1 - (a1 t + ... + a5 t^5) exp(-x^2),
 # t = 1 / (1 + p x), for x >= 0; odd symmetry for x < 0.
@@ -45,14 +45,6 @@ SERIES_BELOW = 1.0
 ERF_NOTE = ("Erf lowered to builtin ops (Taylor series below |x| 1, Abramowitz & Stegun "
             "7.1.26 above; |error| <= 2e-7): TF Serving's TFLite runtime has no Erf kernel")
 LOWERABLE = {"Erf"}
-
-
-@dataclasses.dataclass
-class Built:
-    """What a candidate builder made: the serving flags it needs, and notes for the
-    report (rewrites applied)."""
-    flags: List[str]
-    notes: List[str]
 
 
 def _missing_ops(error: Exception) -> List[str]:

@@ -183,7 +183,6 @@ def run_case(name: str) -> CaseResult:
     return CaseResult(name, ops, MISMATCH if problem else PASS, problem or "")
 
 
-# --------------------------------------------------------------------------- fresh-process route
 #
 # The honest check: SavedModels are written by worker children (many cases each, to
 # amortise TF's start-up), then loaded in a separate fresh child with oneDNN off and run

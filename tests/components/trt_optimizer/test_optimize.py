@@ -37,7 +37,7 @@ def imported_mlp(reference_imports):
 
 def _perturbed(loaded, out):
     """A fast variant that is wrong: XLA over frozen weights, scores nudged by 1e-3."""
-    flags = optimize.build_cpu_candidate("xla-frozen", loaded, out + "_inner")
+    built = optimize.build_cpu_candidate("xla-frozen", loaded, out + "_inner")
     inner = tf.saved_model.load(out + "_inner")
     fn = inner.signatures["serving_default"]
     specs = fn.structured_input_signature[1]
@@ -53,7 +53,7 @@ def _perturbed(loaded, out):
 
     module.serve = serve
     tf.saved_model.save(module, out, signatures={"serving_default": serve.get_concrete_function()})
-    return flags
+    return built
 
 
 def test_probe_without_tensorrt_reports_reason_and_survives():

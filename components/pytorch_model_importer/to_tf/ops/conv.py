@@ -24,8 +24,6 @@ from tfx_bridge.components.pytorch_model_importer.to_tf.ops.spatial import (
     _window_pads,
 )
 
-# --------------------------------------------------------------------------- Conv
-
 
 def _conv_last(x, w, strides, dilations):
     """VALID convolution of a channel-last tensor; strided + dilated runs at stride 1

@@ -10,8 +10,6 @@ from tfx_bridge.components.pytorch_model_importer.to_tf.ops.spatial import (
     _tf,
 )
 
-# --------------------------------------------------------------------------- normalization
-
 
 def _channel_shape(rank: int, axis: int = 1) -> List[int]:
     shape = [1] * rank

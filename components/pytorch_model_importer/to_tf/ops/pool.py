@@ -23,8 +23,6 @@ from tfx_bridge.components.pytorch_model_importer.to_tf.ops.spatial import (
     _window_sum,
 )
 
-# --------------------------------------------------------------------------- pooling
-
 
 def _check_pool(info: NodeInfo) -> Optional[str]:
     refusal = _check_auto_pad(info)

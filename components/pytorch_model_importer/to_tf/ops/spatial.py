@@ -18,9 +18,6 @@ def _tf():
     return tf
 
 
-# --------------------------------------------------------------------------- helpers
-
-
 def _tensor(node, array: np.ndarray):
     """A numpy array computed by a handler (e.g. transposed weights) as a tensor; large
     ones become tracked variables so they are saved with the model."""
