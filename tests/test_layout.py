@@ -64,7 +64,7 @@ def test_importer_without_torch_names_the_extra():
             "from tfx_bridge.components.pytorch_model_importer import convert\n"
             "from tfx_bridge.components.pytorch_model_importer.errors import ImporterError\n"
             "try:\n"
-            "    convert._torch()\n"
+            "    convert.lazy_torch()\n"
             "except ImporterError as e:\n"
             "    assert \"pip install 'tfx-bridge[onnx]'\" in str(e), e\n"
             "else:\n"

@@ -59,12 +59,12 @@ def _scalar_feature_kind(t: pa.DataType) -> Tuple[Optional[str], Optional[str]]:
         return None, "map"
     if pa.types.is_null(t):
         return None, "null"
-    if _is_list_type(t):
+    if is_list_type(t):
         return None, "nested list"
     return None, str(t)
 
 
-def _is_list_type(t: pa.DataType) -> bool:
+def is_list_type(t: pa.DataType) -> bool:
     return (pa.types.is_list(t) or pa.types.is_large_list(t)
             or pa.types.is_fixed_size_list(t))
 
@@ -76,7 +76,7 @@ def feature_kind(t: pa.DataType) -> str:
       ValueError: the type cannot be carried losslessly; the message says how
         to flatten or cast it upstream.
     """
-    inner = t.value_type if _is_list_type(t) else t
+    inner = t.value_type if is_list_type(t) else t
     kind, refusal = _scalar_feature_kind(inner)
     if kind is None:
         hint = _FLATTEN_HINT.get(refusal, "cast it upstream to a number, string or list of those")

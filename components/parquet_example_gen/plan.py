@@ -16,8 +16,8 @@ from tfx_bridge.components.parquet_example_gen.arrow_types import (
     DEFAULT_BATCH_SIZE,
     FEATURE_FLOAT,
     SOURCE_FORMAT,
-    _is_list_type,
     feature_kind,
+    is_list_type,
 )
 from tfx_bridge.components.parquet_example_gen.errors import (
     ParquetConfigError,
@@ -303,7 +303,7 @@ def plan_ingest(input_base: str, splits: SplitConfig,
         except ValueError as e:
             schema_errors.append(f"Column {name!r} in {relative_path(path, input_base)}: {e}.")
             continue
-        plans.append(ColumnPlan(name, str(t), kind, _is_list_type(t)))
+        plans.append(ColumnPlan(name, str(t), kind, is_list_type(t)))
     if splits.partition_feature is not None:
         pf = splits.partition_feature
         match = [p for p in plans if p.name == pf]

@@ -58,9 +58,9 @@ from tfx_bridge.components.pytorch_model_importer.source import (  # noqa: F401
     SOURCE_TORCHSCRIPT,
     SOURCES,
     ModelSource,
-    _torch,
     carry_pytorch,
     check_external_data,
+    lazy_torch,
     load_torch_module,
     source_digest,
 )

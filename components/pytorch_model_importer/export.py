@@ -14,9 +14,9 @@ from tfx_bridge.components.pytorch_model_importer.errors import (
 from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec, make_inputs
 from tfx_bridge.components.pytorch_model_importer.source import (
-    _onnx,
-    _torch,
     check_external_data,
+    lazy_onnx,
+    lazy_torch,
 )
 
 DEFAULT_OPSET = 17
@@ -44,8 +44,8 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
     control flow on tensor values, frozen for the export sample) are appended to
     ``trace_warnings`` as "file:line: message".
     """
-    torch = _torch()
-    onnx = _onnx()
+    torch = lazy_torch()
+    onnx = lazy_onnx()
     from tfx_bridge.components.pytorch_model_importer import export_fixes, fused, swaps
 
     if not MIN_OPSET <= opset <= 20:
@@ -128,7 +128,7 @@ def _trace_warnings(caught, kind) -> List[str]:
 
 def export_prefix(module) -> str:
     """The scope prefix export_onnx's wrapper adds to node names ('' for TorchScript)."""
-    if module is None or isinstance(module, _torch().jit.ScriptModule):
+    if module is None or isinstance(module, lazy_torch().jit.ScriptModule):
         return ""
     from tfx_bridge.components.pytorch_model_importer import swaps
 
@@ -202,7 +202,7 @@ def unused_inputs(model, inputs: Sequence[TensorSpec]) -> List[str]:
 def rename_onnx_io(src: str, dst: str, inputs: Sequence[TensorSpec],
                    output_names: Sequence[str]) -> None:
     """A copy of an ONNX file whose outputs carry the declared names (inputs must match)."""
-    onnx = _onnx()
+    onnx = lazy_onnx()
     check_external_data(src)
     model = onnx.load(src)
     graph_inputs = [i.name for i in model.graph.input

@@ -29,7 +29,7 @@ SOURCE_ONNX = "onnx"
 SOURCES = (SOURCE_TORCHSCRIPT, SOURCE_STATE_DICT, SOURCE_ONNX)
 
 
-def _torch():
+def lazy_torch():
     try:
         import torch
     except ImportError as e:
@@ -37,7 +37,7 @@ def _torch():
     return torch
 
 
-def _onnx():
+def lazy_onnx():
     try:
         import onnx
     except ImportError as e:
@@ -74,7 +74,7 @@ class ModelSource:
 
 def load_torch_module(source: ModelSource):
     """The torch module of a TorchScript or state_dict source, in eval mode."""
-    torch = _torch()
+    torch = lazy_torch()
     if source.kind == SOURCE_TORCHSCRIPT:
         try:
             return torch.jit.load(source.path, map_location="cpu").eval()
@@ -150,7 +150,7 @@ def check_external_data(onnx_path: str) -> None:
     locations are resolved through symlinks: a link inside the folder that points
     outside it is refused like a ``../`` path.
     """
-    onnx = _onnx()
+    onnx = lazy_onnx()
     model = onnx.load(onnx_path, load_external_data=False)
     folder = os.path.realpath(os.path.dirname(os.path.abspath(onnx_path)))
     bad = []

@@ -26,7 +26,7 @@ from tfx_bridge.artifacts import compare, examples
 from tfx_bridge.artifacts.savedmodel import SERVING_SIGNATURE
 from tfx_bridge.components.pytorch_model_importer.errors import missing_extra
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec, make_inputs
-from tfx_bridge.components.pytorch_model_importer.source import _torch
+from tfx_bridge.components.pytorch_model_importer.source import lazy_torch
 from tfx_bridge.errors import short_message
 
 DEFAULT_ATOL = 1e-4
@@ -64,7 +64,7 @@ def _flatten_outputs(out) -> List:
 
 def run_torch(module, feeds: Dict[str, np.ndarray], inputs: Sequence[TensorSpec]
               ) -> List[np.ndarray]:
-    torch = _torch()
+    torch = lazy_torch()
     with torch.no_grad():
         out = module(*[torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in inputs])
     return [o.detach().cpu().numpy() for o in _flatten_outputs(out)]

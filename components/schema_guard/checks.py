@@ -18,9 +18,9 @@ from tfx_bridge.components.schema_guard.contract import (
     ConsumerFeature,
 )
 from tfx_bridge.components.schema_guard.decode import (
+    Decoder,
     NotExamples,
-    _Decoder,
-    _kind_of,
+    kind_of,
     read_record_batches,
 )
 from tfx_bridge.components.schema_guard.errors import (
@@ -31,13 +31,13 @@ from tfx_bridge.components.schema_guard.expectations import (
     GuardConfig,
 )
 from tfx_bridge.components.schema_guard.findings import (
-    _ARROW_FOR_WIRE,
-    _DTYPE_WORD,
+    ARROW_FOR_WIRE,
     CONSUMER_KIND,
     CONSUMER_MISSING,
     CONSUMER_RANGE,
     CONSUMER_SHAPE,
     DOMAIN,
+    DTYPE_WORD,
     MAX_SAMPLES,
     PRESENCE,
     UNKNOWN_FEATURE,
@@ -99,7 +99,7 @@ class _BatchChecker:
             known.add(e.name)
             arr = column(e.name)
             present = np.asarray(arr.is_valid())
-            kind = _kind_of(arr) if e.name in names else None
+            kind = kind_of(arr) if e.name in names else None
             ri = dict(first=first, record_index=record_index, arr=arr)
             if e.required:
                 emit(PRESENCE, e.name, "present in every record (schema presence "
@@ -107,9 +107,9 @@ class _BatchChecker:
                      "presence in the schema.", np.flatnonzero(~present), **ri)
             if kind is not None and kind != e.wire:
                 emit(WIRE_KIND, e.name, f"{e.wire} (schema type "
-                     f"{_DTYPE_WORD[e.wire].upper()})", kind,
+                     f"{DTYPE_WORD[e.wire].upper()})", kind,
                      f"Write {e.name!r} as {e.wire} upstream (e.g. cast the column to "
-                     f"{_ARROW_FOR_WIRE[e.wire]}) or fix the schema type.",
+                     f"{ARROW_FOR_WIRE[e.wire]}) or fix the schema type.",
                      np.flatnonzero(present), **ri)
                 continue
             if kind is None:
@@ -132,7 +132,7 @@ class _BatchChecker:
             for name in sorted(names - known):
                 arr = rb.column(name)
                 emit(UNKNOWN_FEATURE, name, "only features the schema declares",
-                     f"{_kind_of(arr) or 'a'} feature the schema lacks",
+                     f"{kind_of(arr) or 'a'} feature the schema lacks",
                      "Add it to the schema (re-run SchemaGen or edit schemas/), or stop "
                      "writing it.", np.flatnonzero(np.asarray(arr.is_valid())),
                      arr=arr, first=first, record_index=record_index)
@@ -192,7 +192,7 @@ class _BatchChecker:
             self.emit(CONSUMER_MISSING, c.name, f"present in every record ({c.origin} "
                       f"reads {c.dtype})", "absent", f"Write {c.name!r} in every record, or "
                       "give the consumer a default.", np.flatnonzero(~present), **ri)
-        kind = _kind_of(arr) if in_batch else None
+        kind = kind_of(arr) if in_batch else None
         if kind is None:
             return
         if kind != c.wire:
@@ -242,7 +242,7 @@ def scan_file(path: str, split: str, config: GuardConfig, shown_name: Optional[s
 
     def decode(records):
         if not hasattr(local, "decoder"):  # one decoder per thread
-            local.decoder = _Decoder()
+            local.decoder = Decoder()
         return local.decoder.decode(records)
 
     total = 0

@@ -92,7 +92,7 @@ def _wire_kinds(records: Sequence[bytes], feature: str) -> np.ndarray:
     return out
 
 
-def _kind_of(arr: pa.Array) -> Optional[str]:
+def kind_of(arr: pa.Array) -> Optional[str]:
     t = arr.type
     if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
         return None
@@ -106,7 +106,7 @@ def _kind_of(arr: pa.Array) -> Optional[str]:
     return None
 
 
-class _Decoder:
+class Decoder:
     def __init__(self):
         from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
         self._decoder = ExamplesToRecordBatchDecoder()

@@ -10,8 +10,8 @@ from tfx_bridge.components.schema_guard.contract import (
     ConsumerFeature,
 )
 from tfx_bridge.components.schema_guard.findings import (
-    _KIND_OF_TYPE,
     DEFAULT_BATCH_SIZE,
+    KIND_OF_TYPE,
 )
 
 
@@ -42,7 +42,7 @@ def expectations_from_schema(schema) -> Tuple[Expectation, ...]:
     out = []
     for f in schema.feature:
         type_name = schema_pb2.FeatureType.Name(f.type)
-        if type_name not in _KIND_OF_TYPE:
+        if type_name not in KIND_OF_TYPE:
             continue
         kw = {}
         if f.HasField("shape"):
@@ -81,7 +81,7 @@ def expectations_from_schema(schema) -> Tuple[Expectation, ...]:
             string_domain = domains[f.domain]
         if string_domain is not None and type_name == "BYTES":
             kw["string_values"] = tuple(v.encode() for v in string_domain.value)
-        out.append(Expectation(f.name, _KIND_OF_TYPE[type_name], **kw))
+        out.append(Expectation(f.name, KIND_OF_TYPE[type_name], **kw))
     return tuple(out)
 
 

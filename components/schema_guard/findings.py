@@ -30,9 +30,9 @@ MAX_SAMPLES = 5
 DEFAULT_BATCH_SIZE = 4096
 SOURCE_SCHEMA_FILE = layout.SOURCE_SCHEMA_FILE  # ParquetExampleGen's sidecar
 
-_KIND_OF_TYPE = {"INT": WIRE_INT, "FLOAT": WIRE_FLOAT, "BYTES": WIRE_BYTES}
-_DTYPE_WORD = {WIRE_INT: "int", WIRE_FLOAT: "float", WIRE_BYTES: "bytes"}
-_ARROW_FOR_WIRE = {WIRE_INT: "int64", WIRE_FLOAT: "float32", WIRE_BYTES: "string"}
+KIND_OF_TYPE = {"INT": WIRE_INT, "FLOAT": WIRE_FLOAT, "BYTES": WIRE_BYTES}
+DTYPE_WORD = {WIRE_INT: "int", WIRE_FLOAT: "float", WIRE_BYTES: "bytes"}
+ARROW_FOR_WIRE = {WIRE_INT: "int64", WIRE_FLOAT: "float32", WIRE_BYTES: "string"}
 
 
 @dataclasses.dataclass

@@ -43,13 +43,13 @@ from tfx_bridge.components.schema_guard.expectations import (  # noqa: F401 (gua
     load_schema,
 )
 from tfx_bridge.components.schema_guard.findings import (  # noqa: F401 (guard's API)
-    _DTYPE_WORD,
     CONSUMER_KIND,
     CONSUMER_MISSING,
     CONSUMER_RANGE,
     CONSUMER_SHAPE,
     DEFAULT_BATCH_SIZE,
     DOMAIN,
+    DTYPE_WORD,
     MAX_SAMPLES,
     PARSE_DTYPE,
     PRESENCE,
@@ -81,7 +81,7 @@ def spec_findings(config: GuardConfig, source_schema: Optional[dict]) -> Finding
         e = expected.get(c.name)
         if e is not None and e.wire != c.wire:
             out.add(Finding(SCHEMA_VS_CONSUMER, c.name, None, f"{c.wire} for {c.dtype} "
-                            f"({c.origin})", f"schema type {_DTYPE_WORD[e.wire].upper()} "
+                            f"({c.origin})", f"schema type {DTYPE_WORD[e.wire].upper()} "
                             f"({e.wire})", "Make the schema and the consumer agree: change the "
                             "consumer's dtype or the feature's type upstream."))
         col = (source_schema or {}).get("columns", {}).get(c.name)

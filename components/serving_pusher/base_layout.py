@@ -30,7 +30,7 @@ BATCHING_DEFAULTS = {
     "gpu": {"max_batch_size": 128, "batch_timeout_micros": 2000, "max_enqueued_batches": 1000,
             "num_batch_threads": 8, "pad_variable_length_inputs": True},
 }
-_BATCHING_FIELDS = {"max_batch_size", "batch_timeout_micros", "max_enqueued_batches",
+BATCHING_FIELDS = {"max_batch_size", "batch_timeout_micros", "max_enqueued_batches",
                     "num_batch_threads", "pad_variable_length_inputs", "allowed_batch_sizes",
                     "thread_pool_name"}
 

@@ -7,8 +7,8 @@ from typing import Dict, List, Optional, Sequence
 
 from tfx_bridge.artifacts.savedmodel import SERVER_FLAGS
 from tfx_bridge.components.serving_pusher.base_layout import (
-    _BATCHING_FIELDS,
     BATCHING_DEFAULTS,
+    BATCHING_FIELDS,
     BATCHING_FILE,
     K8S_MANIFEST,
     MODELS_CONFIG,
@@ -91,10 +91,10 @@ def batching_text(target: str, overrides: Optional[dict] = None) -> str:
     from google.protobuf import text_format
 
     params = dict(BATCHING_DEFAULTS[target])
-    unknown = set(overrides or {}) - _BATCHING_FIELDS
+    unknown = set(overrides or {}) - BATCHING_FIELDS
     if unknown:
         raise PusherConfigError(f"Unknown batching fields {sorted(unknown)}; known: "
-                                f"{sorted(_BATCHING_FIELDS)}.")
+                                f"{sorted(BATCHING_FIELDS)}.")
     params.update(overrides or {})
     message = batching_message()()
     for key, value in params.items():

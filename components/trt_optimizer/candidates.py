@@ -108,10 +108,10 @@ CANDIDATE_FLAG = {"xla-cpu": XLA_FLAG, "xla-frozen": XLA_FLAG, "frozen": None,
                   "tflite": TFLITE_FLAG}
 # Tried unless ``candidates`` says otherwise: what stock TF Serving serves as is.
 DEFAULT_CPU_CANDIDATES = tuple(n for n in CPU_CANDIDATES if CANDIDATE_FLAG[n] is None)
-_BACKEND = {"xla-cpu": "xla-cpu", "xla-frozen": "xla-cpu", "frozen": "grappler-cpu",
+BACKEND = {"xla-cpu": "xla-cpu", "xla-frozen": "xla-cpu", "frozen": "grappler-cpu",
             "tflite": "tflite-cpu"}
 # What the ``backend`` property can say on a host without TensorRT.
-CPU_BACKENDS = (BACKEND_ORIGINAL, *sorted(set(_BACKEND.values())))
+CPU_BACKENDS = (BACKEND_ORIGINAL, *sorted(set(BACKEND.values())))
 # Every CPU candidate's builder: (source folder, loaded SavedModel, output folder) -> Built.
 CPU_BUILDERS: Dict[str, Callable[[str, object, str], Built]] = {
     **{n: (lambda source, loaded, out, n=n: build_cpu_candidate(n, loaded, out))

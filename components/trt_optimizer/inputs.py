@@ -19,7 +19,7 @@ def resolve_saved_model(path: str) -> str:
     return savedmodel.resolve_saved_model(path)
 
 
-def _input_specs(saved_model_dir: str, fn):
+def input_specs(saved_model_dir: str, fn):
     """The serving inputs as importer TensorSpecs, with value ranges when the importer
     recorded them (report.json beside Format-Serving), so random inputs stay valid."""
     from tfx_bridge.artifacts import tensorspec

@@ -54,7 +54,7 @@ from tfx_bridge.artifacts.savedmodel import (  # noqa: F401 (optimize's API)
     XLA_FLAG,
 )
 from tfx_bridge.components.trt_optimizer.candidates import (  # noqa: F401 (optimize's API)
-    _BACKEND,
+    BACKEND,
     CANDIDATE_FLAG,
     CPU_BACKENDS,
     CPU_CANDIDATES,
@@ -69,7 +69,7 @@ from tfx_bridge.components.trt_optimizer.candidates import (  # noqa: F401 (opti
 from tfx_bridge.components.trt_optimizer.detect import Probe
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError
 from tfx_bridge.components.trt_optimizer.inputs import (  # noqa: F401 (optimize's API)
-    _input_specs,
+    input_specs,
     representative_inputs,
     resolve_saved_model,
 )
@@ -171,7 +171,7 @@ def optimize_local(model_path: str, output_dir: str, precision: str = "fp32",
     start = time.perf_counter()
     original = tf.saved_model.load(source)
     fn = original.signatures[SERVING_SIGNATURE]
-    specs = _input_specs(source, fn)
+    specs = input_specs(source, fn)
     bench_feeds = {b: representative_inputs(specs, b, seed=1, examples_dir=examples_dir)
                    for b in batches}
     held_out = {b: representative_inputs(specs, b, seed=2, examples_dir=examples_dir,
@@ -204,7 +204,7 @@ def optimize_local(model_path: str, output_dir: str, precision: str = "fp32",
         folders, servables = {}, {base.name: original_servable}
         for name, builder in builders.items():
             out = os.path.join(work, name)
-            result = CandidateResult(name, _BACKEND.get(name, name), [])
+            result = CandidateResult(name, BACKEND.get(name, name), [])
             try:
                 built = builder(original, out)
                 result.serving_flags, result.notes = list(built.flags), list(built.notes)

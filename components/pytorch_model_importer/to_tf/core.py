@@ -131,7 +131,7 @@ def is_const(value) -> bool:
 
 
 # ONNX TensorProto element types -> numpy dtypes the converter handles.
-_NP_TYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
+NP_TYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
              7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32,
              13: np.uint64}
 
@@ -148,8 +148,8 @@ _DTYPE_ATTRS = ("to", "dtype", "output_dtype")  # attributes naming an element t
 
 def _carrier(elem_type: Optional[int]):
     """numpy dtype holding ONNX element type ``elem_type``; None if there is none."""
-    if elem_type in _NP_TYPES:
-        return np.dtype(_NP_TYPES[elem_type])
+    if elem_type in NP_TYPES:
+        return np.dtype(NP_TYPES[elem_type])
     name = NARROW_TYPES.get(elem_type)
     if name is None:
         return None
@@ -548,7 +548,7 @@ def check_model(model) -> List[Problem]:
         narrow_ok = node.op_type in NARROW_TYPE_OPS
         for name in list(node.input) + list(node.output):
             elem = types.get(name)
-            if elem and elem not in _NP_TYPES and not (narrow_ok and elem in NARROW_TYPES):
+            if elem and elem not in NP_TYPES and not (narrow_ok and elem in NARROW_TYPES):
                 bad_types.append(f"{name}: {onnx.TensorProto.DataType.Name(elem)}")
         for a in node.attribute:  # a dtype attribute asking another op for a narrow type
             if (not narrow_ok and a.name in _DTYPE_ATTRS and a.type == onnx.AttributeProto.INT

@@ -13,22 +13,22 @@ import numpy as np
 
 from tfx_bridge.components.pytorch_model_importer.to_tf.core import op
 from tfx_bridge.components.pytorch_model_importer.to_tf.ops.spatial import (
-    _attr_list,
-    _check_auto_pad,
-    _float_input,
-    _spatial,
-    _tensor,
-    _tf,
-    _to_first,
-    _to_last,
-    _window_pads,
+    attr_list,
+    check_auto_pad,
+    float_input,
+    lazy_tf,
+    spatial,
+    tensor,
+    to_first,
+    to_last,
+    window_pads,
 )
 
 
 def _conv_last(x, w, strides, dilations):
     """VALID convolution of a channel-last tensor; strided + dilated runs at stride 1
     and subsamples (exact; TF rejects the combination)."""
-    tf = _tf()
+    tf = lazy_tf()
     if any(d > 1 for d in dilations) and any(s > 1 for s in strides):
         y = tf.nn.convolution(x, w, strides=1, padding="VALID", dilations=dilations)
         return y[(slice(None), *[slice(None, None, s) for s in strides], slice(None))]
@@ -36,7 +36,7 @@ def _conv_last(x, w, strides, dilations):
 
 
 def _depthwise_last(x, w, strides, dilations):
-    tf = _tf()
+    tf = lazy_tf()
     if any(d > 1 for d in dilations) and any(s > 1 for s in strides):
         y = tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "VALID", dilations=dilations)
         return y[:, ::strides[0], ::strides[1], :]
@@ -46,7 +46,7 @@ def _depthwise_last(x, w, strides, dilations):
 def _weights_last(node, i: int, flip: bool = False, transpose_io: bool = False):
     """ONNX weights [O, I, k...] as TF [k..., I, O] (numpy when constant). With
     ``transpose_io`` the ONNX layout is [I, O, k...] (ConvTranspose)."""
-    tf = _tf()
+    tf = lazy_tf()
     w = node.value(i)
     rank = node.rank(i)
     perm = [*range(2, rank), 0, 1] if transpose_io else [*range(2, rank), 1, 0]
@@ -60,12 +60,12 @@ def _weights_last(node, i: int, flip: bool = False, transpose_io: bool = False):
 
 
 def _as_t(node, w):
-    return _tensor(node, w) if isinstance(w, np.ndarray) else w
+    return tensor(node, w) if isinstance(w, np.ndarray) else w
 
 
 def _grouped_conv(node, x_last, w_last, group: int, strides, dilations, allow_depthwise=True):
     """x_last [N, s..., C], w_last [k..., C/g, M] -> [N, s'..., M]."""
-    tf = _tf()
+    tf = lazy_tf()
     nd = len(strides)
     cin_g = w_last.shape[-2]
     m = w_last.shape[-1]
@@ -93,7 +93,7 @@ def _grouped_conv(node, x_last, w_last, group: int, strides, dilations, allow_de
 def _add_bias_last(node, y, i: int):
     if not node.has(i):
         return y
-    tf = _tf()
+    tf = lazy_tf()
     b = node.t(i)
     return y + tf.cast(b, y.dtype)
 
@@ -101,7 +101,7 @@ def _add_bias_last(node, y, i: int):
 def _conv_setup(node, what: str):
     """Conv and ConvTranspose's shared reading: rank, spatial dims, weight shape, kernel,
     strides, dilations and group, each checked against the weights."""
-    _float_input(node)
+    float_input(node)
     rank = node.rank(0)
     nd = rank - 2
     if nd < 1 or nd > 3:
@@ -110,21 +110,21 @@ def _conv_setup(node, what: str):
     kernel = list(node.attr("kernel_shape") or wshape[2:])
     if kernel != list(wshape[2:]):
         node.refuse(f"kernel_shape {kernel} differs from the weights' {wshape[2:]}")
-    strides = _attr_list(node, "strides", nd, 1)
-    dilations = _attr_list(node, "dilations", nd, 1)
+    strides = attr_list(node, "strides", nd, 1)
+    dilations = attr_list(node, "dilations", nd, 1)
     return rank, nd, wshape, kernel, strides, dilations, int(node.attr("group"))
 
 
 @op("Conv", attrs={"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
-                   "pads": None, "strides": None}, check=_check_auto_pad)
+                   "pads": None, "strides": None}, check=check_auto_pad)
 def conv(node):
-    tf = _tf()
+    tf = lazy_tf()
     rank, nd, wshape, kernel, strides, dilations, group = _conv_setup(node, "convolution")
     cin = node.shape(0)[1]
     if cin is not None and cin != wshape[1] * group:
         node.refuse(f"input channels {cin} != weights' {wshape[1]} x group {group}")
-    begin, end, _ = _window_pads(node, kernel, strides, dilations)
-    x = _to_last(node.t(0), rank)
+    begin, end, _ = window_pads(node, kernel, strides, dilations)
+    x = to_last(node.t(0), rank)
     if any(begin) or any(end):
         x = tf.pad(x, [[0, 0], *[[b, e] for b, e in zip(begin, end, strict=True)], [0, 0]])
     w = _weights_last(node, 1)
@@ -134,12 +134,12 @@ def conv(node):
         w = w.astype(x.dtype.as_numpy_dtype)
     y = _grouped_conv(node, x, w, group, strides, dilations)
     y = _add_bias_last(node, y, 2)
-    return _to_first(y, rank)
+    return to_first(y, rank)
 
 
 def _upsample_zeros(x, axis: int, stride: int):
     """Inserts stride-1 zeros between elements along ``axis``: L -> (L-1)*stride+1."""
-    tf = _tf()
+    tf = lazy_tf()
     if stride == 1:
         return x
     y = tf.expand_dims(x, axis + 1)
@@ -165,9 +165,9 @@ def _upsample_zeros(x, axis: int, stride: int):
 
 @op("ConvTranspose", attrs={"auto_pad": "NOTSET", "dilations": None, "group": 1,
                             "kernel_shape": None, "output_padding": None, "output_shape": None,
-                            "pads": None, "strides": None}, check=_check_auto_pad)
+                            "pads": None, "strides": None}, check=check_auto_pad)
 def conv_transpose(node):
-    tf = _tf()
+    tf = lazy_tf()
     rank, nd, wshape, kernel, strides, dilations, group = _conv_setup(node, "ConvTranspose")
     out_pad = list(node.attr("output_padding") or [0] * nd)
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
@@ -176,7 +176,7 @@ def conv_transpose(node):
     if output_shape is not None and len(output_shape) == rank:
         output_shape = list(output_shape)[2:]
     if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        ins = _spatial(node, 0, "spatial dimensions with output_shape or auto_pad SAME")
+        ins = spatial(node, 0, "spatial dimensions with output_shape or auto_pad SAME")
         if output_shape is None:
             output_shape = [n * s for n, s in zip(ins, strides, strict=True)]
         total = [s * (n - 1) + op_ + e - o for s, n, op_, e, o in
@@ -192,7 +192,7 @@ def conv_transpose(node):
     else:
         pads = list(node.attr("pads") or [0] * (2 * nd))
         begin, end = pads[:nd], pads[nd:]
-    x = _to_last(node.t(0), rank)
+    x = to_last(node.t(0), rank)
     for a in range(nd):
         x = _upsample_zeros(x, a + 1, strides[a])
     # Full correlation pads eff-1 on each side; ONNX pads crop it, output_padding extends it.
@@ -215,14 +215,14 @@ def conv_transpose(node):
             wg = w[g * cg:(g + 1) * cg]
             wg = wg[(slice(None), slice(None), *[slice(None, None, -1)] * nd)]
             wg = np.transpose(wg, [*range(2, rank), 0, 1]).astype(x.dtype.as_numpy_dtype)
-            wg = _tensor(node, wg)
+            wg = tensor(node, wg)
         else:
             wg = tf.cast(w[g * cg:(g + 1) * cg], x.dtype)
             wg = tf.transpose(tf.reverse(wg, list(range(2, rank))), [*range(2, rank), 0, 1])
         outs.append(_conv_last(xs[g], wg, [1] * nd, dilations))
     y = outs[0] if group == 1 else tf.concat(outs, -1)
     y = _add_bias_last(node, y, 2)
-    return _to_first(y, rank)
+    return to_first(y, rank)
 
 
 @op("DeformConv", attrs={"dilations": None, "group": 1, "kernel_shape": None,

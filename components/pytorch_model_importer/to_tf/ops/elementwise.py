@@ -18,8 +18,8 @@ from typing import Optional
 import numpy as np
 
 from tfx_bridge.components.pytorch_model_importer.to_tf.core import (
-    _NP_TYPES,
     NARROW_TYPES,
+    NP_TYPES,
     REQUIRED,
     NodeInfo,
     np_dtype,
@@ -669,18 +669,18 @@ def _cast_check(info: NodeInfo) -> Optional[str]:
         elem = _cast_target(info.attrs.get("to"))
     except ValueError:
         return f"to={info.attrs.get('to')!r} is not an ONNX type"
-    if elem not in _NP_TYPES and elem not in NARROW_TYPES:
+    if elem not in NP_TYPES and elem not in NARROW_TYPES:
         return f"cast to {_type_name(elem)} is not supported ({_CAST_FIX})"
     return None
 
 
 def _cast_to(node, elem: int):
     tf = _tf()
-    if elem not in _NP_TYPES and elem not in NARROW_TYPES:
+    if elem not in NP_TYPES and elem not in NARROW_TYPES:
         node.refuse(f"cast to {_type_name(elem)} is not supported", _CAST_FIX)
     src = _narrow_source(node, 0)
     if src is None and elem not in NARROW_TYPES:
-        target = tf.as_dtype(_NP_TYPES[elem])
+        target = tf.as_dtype(NP_TYPES[elem])
         x = node.value(0)
         if isinstance(x, np.ndarray):
             if x.dtype == target.as_numpy_dtype:
@@ -696,10 +696,10 @@ def _cast_to(node, elem: int):
                     "run ONNX shape inference on the model first")
     x = node.t(0)
     if src in _INT4_RANGE and elem not in NARROW_TYPES:
-        return tf.cast(x, tf.as_dtype(_NP_TYPES[elem]))  # int8/uint8 values: as ONNX's astype
+        return tf.cast(x, tf.as_dtype(NP_TYPES[elem]))  # int8/uint8 values: as ONNX's astype
     y = narrow_to_float32(x, src) if src is not None else exact_cast(x, tf.float32)
     if elem not in NARROW_TYPES:
-        return exact_cast(y, tf.as_dtype(_NP_TYPES[elem]))
+        return exact_cast(y, tf.as_dtype(NP_TYPES[elem]))
     return float32_to_narrow(y, elem, bool(node.attr("saturate", 1)))
 
 
@@ -824,7 +824,7 @@ def cast(node):
 
 def _castlike_check(info: NodeInfo) -> Optional[str]:
     target = info.input_types[1] if len(info.input_types) > 1 else None
-    if target and target not in _NP_TYPES and target not in NARROW_TYPES:
+    if target and target not in NP_TYPES and target not in NARROW_TYPES:
         return f"cast to {_type_name(target)} is not supported ({_CAST_FIX})"
     return None
 

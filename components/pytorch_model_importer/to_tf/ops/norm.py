@@ -6,8 +6,8 @@ from typing import List
 
 from tfx_bridge.components.pytorch_model_importer.to_tf.core import REQUIRED, op
 from tfx_bridge.components.pytorch_model_importer.to_tf.ops.spatial import (
-    _float_input,
-    _tf,
+    float_input,
+    lazy_tf,
 )
 
 
@@ -23,8 +23,8 @@ def _channel_shape(rank: int, axis: int = 1) -> List[int]:
                         if info.attrs.get("training_mode") else
                         "spatial=0 is not supported" if info.attrs.get("spatial") == 0 else None))
 def batch_normalization(node):
-    tf = _tf()
-    dtype = _float_input(node)
+    tf = lazy_tf()
+    dtype = float_input(node)
     outputs = [o for o in node.proto.output[1:] if o]
     if outputs:
         node.refuse("the training outputs (running mean/var, saved mean/var) are not "
@@ -39,8 +39,8 @@ def batch_normalization(node):
 
 @op("InstanceNormalization", attrs={"epsilon": 1e-5})
 def instance_normalization(node):
-    tf = _tf()
-    dtype = _float_input(node)
+    tf = lazy_tf()
+    dtype = float_input(node)
     x = node.t(0)
     rank = node.rank(0)
     axes = list(range(2, rank))
@@ -54,19 +54,19 @@ def instance_normalization(node):
 def _stash(node, dtype):
     stash = node.attr("stash_type", 1)
     if stash == 1:
-        return _tf().float32
+        return lazy_tf().float32
     if stash == 11:
-        return _tf().float64
+        return lazy_tf().float64
     if stash == 10:
-        return _tf().float16
+        return lazy_tf().float16
     node.refuse(f"stash_type={stash} is not supported", "use 1 (float32)")
     return dtype
 
 
 @op("LayerNormalization", attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1})
 def layer_normalization(node):
-    tf = _tf()
-    dtype = _float_input(node)
+    tf = lazy_tf()
+    dtype = float_input(node)
     x = node.t(0)
     rank = node.rank(0)
     axis = node.attr("axis")
@@ -88,8 +88,8 @@ def layer_normalization(node):
 @op("GroupNormalization", attrs={"epsilon": 1e-5, "num_groups": REQUIRED, "stash_type": 1},
     since=18)
 def group_normalization(node):
-    tf = _tf()
-    dtype = _float_input(node)
+    tf = lazy_tf()
+    dtype = float_input(node)
     x = node.t(0)
     rank = node.rank(0)
     groups = int(node.attr("num_groups"))
@@ -117,8 +117,8 @@ def group_normalization(node):
     check=lambda info: None if info.attrs.get("p") in (1, 2)
     else f"p={info.attrs.get('p')} is not supported (ONNX allows 1 or 2)")
 def lp_normalization(node):
-    tf = _tf()
-    _float_input(node)
+    tf = lazy_tf()
+    float_input(node)
     x = node.t(0)
     axis = node.attr("axis")
     if node.attr("p") == 1:
@@ -130,8 +130,8 @@ def lp_normalization(node):
 
 @op("LRN", attrs={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": REQUIRED})
 def lrn(node):
-    tf = _tf()
-    dtype = _float_input(node)
+    tf = lazy_tf()
+    dtype = float_input(node)
     x = node.t(0)
     rank = node.rank(0)
     size = int(node.attr("size"))
@@ -152,8 +152,8 @@ def lrn(node):
 
 @op("MeanVarianceNormalization", attrs={"axes": [0, 2, 3]})
 def mean_variance_normalization(node):
-    tf = _tf()
-    dtype = _float_input(node)
+    tf = lazy_tf()
+    dtype = float_input(node)
     x = node.t(0)
     axes = list(node.attr("axes"))
     mean = tf.reduce_mean(x, axes, keepdims=True)

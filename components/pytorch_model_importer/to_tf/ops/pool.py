@@ -9,23 +9,23 @@ import numpy as np
 
 from tfx_bridge.components.pytorch_model_importer.to_tf.core import REQUIRED, NodeInfo, op
 from tfx_bridge.components.pytorch_model_importer.to_tf.ops.spatial import (
-    _FLOATS,
-    _attr_list,
-    _check_auto_pad,
-    _crop_to,
-    _float_input,
-    _pad_spatial_first,
-    _shift_reduce,
-    _tf,
-    _to_first,
-    _to_last,
-    _window_pads,
-    _window_sum,
+    FLOATS,
+    attr_list,
+    check_auto_pad,
+    crop_to,
+    float_input,
+    lazy_tf,
+    pad_spatial_first,
+    shift_reduce,
+    to_first,
+    to_last,
+    window_pads,
+    window_sum,
 )
 
 
 def _check_pool(info: NodeInfo) -> Optional[str]:
-    refusal = _check_auto_pad(info)
+    refusal = check_auto_pad(info)
     if refusal:
         return refusal
     if info.attrs.get("ceil_mode") and info.attrs.get("auto_pad", "NOTSET") != "NOTSET":
@@ -41,10 +41,10 @@ def _pool_setup(node):
     kernel = list(node.attr("kernel_shape"))
     if len(kernel) != nd:
         node.refuse(f"kernel_shape {kernel} does not match {nd} spatial dimensions")
-    strides = _attr_list(node, "strides", nd, 1)
-    dilations = _attr_list(node, "dilations", nd, 1)
+    strides = attr_list(node, "strides", nd, 1)
+    dilations = attr_list(node, "dilations", nd, 1)
     ceil_mode = bool(node.attr("ceil_mode", 0))
-    begin, end, outs = _window_pads(node, kernel, strides, dilations, ceil_mode)
+    begin, end, outs = window_pads(node, kernel, strides, dilations, ceil_mode)
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
     return rank, nd, kernel, strides, dilations, begin, end, outs, eff
 
@@ -59,27 +59,27 @@ def _lowest(dtype):
                       "kernel_shape": REQUIRED, "pads": None, "storage_order": 0,
                       "strides": None}, check=_check_pool)
 def max_pool(node):
-    tf = _tf()
+    tf = lazy_tf()
     rank, nd, kernel, strides, dilations, begin, end, outs, eff = _pool_setup(node)
     x = node.t(0)
     dtype = x.dtype
-    if dtype.name not in (*_FLOATS, "int8", "uint8"):
+    if dtype.name not in (*FLOATS, "int8", "uint8"):
         node.refuse(f"MaxPool on {dtype.name} is not supported", "use float or (u)int8")
     want_indices = len(node.proto.output) > 1 and node.proto.output[1]
-    xp = _pad_spatial_first(x, begin, end, _lowest(dtype), nd, outs, strides, eff)
+    xp = pad_spatial_first(x, begin, end, _lowest(dtype), nd, outs, strides, eff)
     if want_indices:
         return _max_pool_indices(node, x, xp, kernel, strides, dilations, begin, outs)
     if all(d == 1 for d in dilations) and dtype.is_floating and nd <= 3:
-        y = tf.nn.max_pool(_to_last(xp, rank), kernel, strides, "VALID")
-        return _crop_to(_to_first(y, rank), outs)
-    return _shift_reduce(xp, kernel, strides, dilations, outs,
+        y = tf.nn.max_pool(to_last(xp, rank), kernel, strides, "VALID")
+        return crop_to(to_first(y, rank), outs)
+    return shift_reduce(xp, kernel, strides, dilations, outs,
                          lambda acc, part, _: part if acc is None else tf.maximum(acc, part))
 
 
 def _max_pool_indices(node, x, xp, kernel, strides, dilations, begin, outs):
     """MaxPool with its Indices output: flat indices into X (N, C included), row-major
     (storage_order 0) or column-major over the spatial dims; the first maximum wins."""
-    tf = _tf()
+    tf = lazy_tf()
     nd = len(kernel)
     static = x.shape.as_list()
     if any(d is None for d in static[2:]) or any(not isinstance(o, int) for o in outs):
@@ -125,16 +125,16 @@ def _max_pool_indices(node, x, xp, kernel, strides, dilations, begin, outs):
                           "dilations": None, "kernel_shape": REQUIRED, "pads": None,
                           "strides": None}, check=_check_pool)
 def average_pool(node):
-    tf = _tf()
+    tf = lazy_tf()
     rank, nd, kernel, strides, dilations, begin, end, outs, eff = _pool_setup(node)
-    dtype = _float_input(node)
+    dtype = float_input(node)
     x = node.t(0)
     no_pad = not any(begin) and not any(end)
     if no_pad and all(d == 1 for d in dilations) and not node.attr("ceil_mode") and nd <= 3:
-        y = tf.nn.avg_pool(_to_last(x, rank), kernel, strides, "VALID")
-        return _to_first(y, rank)
-    xp = _pad_spatial_first(x, begin, end, 0, nd, outs, strides, eff)
-    total = _window_sum(xp, kernel, strides, dilations, outs)
+        y = tf.nn.avg_pool(to_last(x, rank), kernel, strides, "VALID")
+        return to_first(y, rank)
+    xp = pad_spatial_first(x, begin, end, 0, nd, outs, strides, eff)
+    total = window_sum(xp, kernel, strides, dilations, outs)
     count = _pool_count(node, x, begin, end, outs, kernel, strides, dilations, eff,
                         bool(node.attr("count_include_pad")), dtype)
     return total / count
@@ -145,7 +145,7 @@ def _pool_count(node, x, begin, end, outs, kernel, strides, dilations, eff, incl
     """How many elements each window averages. With count_include_pad every tap counts,
     the ceil_mode tail too (ONNX's reference and node tests; PyTorch leaves the tail out);
     without, only the input's elements."""
-    tf = _tf()
+    tf = lazy_tf()
     nd = len(kernel)
     if include_pad:
         return tf.constant(float(np.prod(kernel)), dtype)
@@ -162,40 +162,40 @@ def _pool_count(node, x, begin, end, outs, kernel, strides, dilations, eff, incl
             counts = np.multiply.outer(counts, c)
         counts = counts.reshape([1, 1, *outs])
         return tf.constant(counts.astype(dtype.as_numpy_dtype))
-    mask = _pad_spatial_first(tf.ones_like(x[:1, :1]), begin, end, 0, nd, outs, strides, eff)
-    return _window_sum(mask, kernel, strides, dilations, outs)
+    mask = pad_spatial_first(tf.ones_like(x[:1, :1]), begin, end, 0, nd, outs, strides, eff)
+    return window_sum(mask, kernel, strides, dilations, outs)
 
 
 @op("LpPool", attrs={"auto_pad": "NOTSET", "ceil_mode": 0, "dilations": None,
                      "kernel_shape": REQUIRED, "p": 2, "pads": None, "strides": None},
     check=_check_pool)
 def lp_pool(node):
-    tf = _tf()
+    tf = lazy_tf()
     _, nd, kernel, strides, dilations, begin, end, outs, eff = _pool_setup(node)
-    _float_input(node)
+    float_input(node)
     x = node.t(0)
     p = node.attr("p")
-    xp = _pad_spatial_first(x, begin, end, 0, nd, outs, strides, eff)
-    total = _window_sum(tf.pow(tf.abs(xp), tf.cast(p, x.dtype)), kernel, strides, dilations,
+    xp = pad_spatial_first(x, begin, end, 0, nd, outs, strides, eff)
+    total = window_sum(tf.pow(tf.abs(xp), tf.cast(p, x.dtype)), kernel, strides, dilations,
                         outs)
     return tf.pow(total, tf.cast(1.0 / p, x.dtype))
 
 
 @op("GlobalAveragePool")
 def global_average_pool(node):
-    _float_input(node)
-    return _tf().reduce_mean(node.t(0), axis=list(range(2, node.rank(0))), keepdims=True)
+    float_input(node)
+    return lazy_tf().reduce_mean(node.t(0), axis=list(range(2, node.rank(0))), keepdims=True)
 
 
 @op("GlobalMaxPool")
 def global_max_pool(node):
-    return _tf().reduce_max(node.t(0), axis=list(range(2, node.rank(0))), keepdims=True)
+    return lazy_tf().reduce_max(node.t(0), axis=list(range(2, node.rank(0))), keepdims=True)
 
 
 @op("GlobalLpPool", attrs={"p": 2})
 def global_lp_pool(node):
-    tf = _tf()
-    _float_input(node)
+    tf = lazy_tf()
+    float_input(node)
     x = node.t(0)
     p = node.attr("p")
     total = tf.reduce_sum(tf.pow(tf.abs(x), tf.cast(p, x.dtype)),
@@ -205,12 +205,12 @@ def global_lp_pool(node):
 
 @op("MaxUnpool", attrs={"kernel_shape": REQUIRED, "pads": None, "strides": None})
 def max_unpool(node):
-    tf = _tf()
+    tf = lazy_tf()
     x = node.t(0)
     rank = node.rank(0)
     nd = rank - 2
     kernel = list(node.attr("kernel_shape"))
-    strides = _attr_list(node, "strides", nd, 1)
+    strides = attr_list(node, "strides", nd, 1)
     pads = list(node.attr("pads") or [0] * (2 * nd))
     shape = node.dyn_shape(0)
     spatial = [(shape[a + 2] - 1) * strides[a] + kernel[a] - pads[a] - pads[a + nd]

@@ -11,12 +11,12 @@ import numpy as np
 
 from tfx_bridge.components.pytorch_model_importer.to_tf.core import NodeInfo, op
 from tfx_bridge.components.pytorch_model_importer.to_tf.ops.spatial import (
-    _FLOATS,
-    _float_input,
-    _spatial,
-    _tf,
-    _to_first,
-    _to_last,
+    FLOATS,
+    float_input,
+    lazy_tf,
+    spatial,
+    to_first,
+    to_last,
 )
 
 # --------------------------------------------------------------------------- Resize
@@ -49,7 +49,7 @@ def _resize_axis(x, axis: int, in_len, out_len, scale, roi_start, roi_end, attrs
                  compute):
     """Resamples ``x`` along ``axis`` with ONNX's coordinate formula for this axis.
     ``in_len``/``out_len`` are int64 scalars (tensors or ints), ``scale`` float64."""
-    tf = _tf()
+    tf = lazy_tf()
     mode = attrs["mode"]
     ctm = attrs["coordinate_transformation_mode"]
     f64 = tf.float64
@@ -162,14 +162,14 @@ def _present(value):
 
 
 def _resize(node, attrs, roi, scales, sizes):
-    tf = _tf()
+    tf = lazy_tf()
     x = node.t(0)
     rank = node.rank(0)
     mode = attrs["mode"]
     if mode in ("bilinear", "trilinear"):
         mode = attrs["mode"] = "linear"
     dtype = node.dtype(0)
-    if mode != "nearest" and dtype.name not in _FLOATS:
+    if mode != "nearest" and dtype.name not in FLOATS:
         node.refuse(f"{mode} Resize of {dtype.name} is not supported", "resize float tensors")
     axes = attrs.get("axes")
     axes = [a + rank if a < 0 else a for a in axes] if axes else list(range(rank))
@@ -284,7 +284,7 @@ def _check_grid_sample(info: NodeInfo) -> Optional[str]:
 
 
 def _reflect(v, lo: float, hi: float):
-    tf = _tf()
+    tf = lazy_tf()
     rng = hi - lo
     if rng <= 0:
         return tf.zeros_like(v) + lo
@@ -304,8 +304,8 @@ def _reflect(v, lo: float, hi: float):
 @op("GridSample", attrs={"align_corners": 0, "mode": None, "padding_mode": "zeros"},
     check=_check_grid_sample, since=16)
 def grid_sample(node):
-    tf = _tf()
-    dtype = _float_input(node)
+    tf = lazy_tf()
+    dtype = float_input(node)
     mode = node.attr("mode") or ("linear" if node.opset >= 20 else "bilinear")
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
     padding = node.attr("padding_mode")
@@ -314,12 +314,12 @@ def grid_sample(node):
     nd = rank - 2
     if node.opset < 20 and nd != 2:
         node.refuse(f"GridSample-16 takes 4-D inputs, got rank {rank}")
-    dims = _spatial(node, 0, "GridSample input spatial dimensions")
+    dims = spatial(node, 0, "GridSample input spatial dimensions")
     x = node.t(0)
     compute = tf.float64 if dtype == tf.float64 else tf.float32
     grid = tf.cast(node.t(1), compute)
     # Values as [N, D1..Dr, C] so gather_nd over the spatial index picks channel vectors.
-    xl = tf.cast(_to_last(x, rank), compute)
+    xl = tf.cast(to_last(x, rank), compute)
     coords = []
     for a in range(nd):
         n = grid[..., nd - 1 - a]  # the grid's last axis lists x (width) first
@@ -375,7 +375,7 @@ def grid_sample(node):
         vals = tf.gather_nd(xl, tf.stack(idxs, -1), batch_dims=1)
         part = vals * weight[..., None]
         y = part if y is None else y + part
-    return tf.cast(_to_first(y, rank), dtype)
+    return tf.cast(to_first(y, rank), dtype)
 
 
 # --------------------------------------------------------------------------- refused

@@ -10,44 +10,44 @@ import numpy as np
 
 from tfx_bridge.components.pytorch_model_importer.to_tf.core import NodeInfo
 
-_FLOATS = ("float16", "float32", "float64")
+FLOATS = ("float16", "float32", "float64")
 
 
-def _tf():
+def lazy_tf():
     import tensorflow as tf
     return tf
 
 
-def _tensor(node, array: np.ndarray):
+def tensor(node, array: np.ndarray):
     """A numpy array computed by a handler (e.g. transposed weights) as a tensor; large
     ones become tracked variables so they are saved with the model."""
     return node.graph.converter.tensor(np.ascontiguousarray(array), node.folding)
 
 
-def _to_last(x, rank: int):
-    return _tf().transpose(x, [0, *range(2, rank), 1])
+def to_last(x, rank: int):
+    return lazy_tf().transpose(x, [0, *range(2, rank), 1])
 
 
-def _to_first(x, rank: int):
-    return _tf().transpose(x, [0, rank - 1, *range(1, rank - 1)])
+def to_first(x, rank: int):
+    return lazy_tf().transpose(x, [0, rank - 1, *range(1, rank - 1)])
 
 
-def _float_input(node, i: int = 0, what: str = "X"):
+def float_input(node, i: int = 0, what: str = "X"):
     dtype = node.dtype(i)
-    if dtype.name not in _FLOATS:
+    if dtype.name not in FLOATS:
         node.refuse(f"{what} of type {dtype.name} is not supported",
                     "use float16/float32/float64")
     return dtype
 
 
-def _check_auto_pad(info: NodeInfo) -> Optional[str]:
+def check_auto_pad(info: NodeInfo) -> Optional[str]:
     auto_pad = info.attrs.get("auto_pad", "NOTSET")
     if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
         return f"auto_pad={auto_pad!r} is not supported"
     return None
 
 
-def _spatial(node, i: int, what: str = "spatial dimensions") -> List[int]:
+def spatial(node, i: int, what: str = "spatial dimensions") -> List[int]:
     dims = node.shape(i)[2:]
     if any(d is None for d in dims):
         node.refuse(f"{what} must be static here (input {i} has shape {node.shape(i)})",
@@ -55,16 +55,16 @@ def _spatial(node, i: int, what: str = "spatial dimensions") -> List[int]:
     return dims
 
 
-def _window_pads(node, kernel: Sequence[int], strides: Sequence[int],
+def window_pads(node, kernel: Sequence[int], strides: Sequence[int],
                  dilations: Sequence[int], ceil_mode: bool = False):
     """(pads_begin, pads_end, out_sizes) of a conv/pool window; out sizes are ints or
     (for dynamic inputs with explicit pads) scalar tensors."""
-    tf = _tf()
+    tf = lazy_tf()
     nd = len(kernel)
     auto_pad = node.attr("auto_pad", "NOTSET")
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        ins = _spatial(node, 0, f"spatial dimensions with auto_pad={auto_pad}")
+        ins = spatial(node, 0, f"spatial dimensions with auto_pad={auto_pad}")
         outs = [-(-n // s) for n, s in zip(ins, strides, strict=True)]
         total = [max(0, (o - 1) * s + e - n)
                  for o, s, e, n in zip(outs, strides, eff, ins, strict=True)]
@@ -109,16 +109,16 @@ def _window_pads(node, kernel: Sequence[int], strides: Sequence[int],
     return begin, end, outs
 
 
-def _attr_list(node, name: str, nd: int, default: int) -> List[int]:
+def attr_list(node, name: str, nd: int, default: int) -> List[int]:
     value = node.attr(name)
     return list(value) if value else [default] * nd
 
 
-def _pad_spatial_first(x, begin, end, value, nd: int, out_sizes=None, strides=None,
+def pad_spatial_first(x, begin, end, value, nd: int, out_sizes=None, strides=None,
                        eff=None):
     """Pads an NC<spatial> tensor; with ``out_sizes`` the end pad is set so that exactly
     the windows of ``out_sizes`` fit (ceil_mode extra, or cropping the unused tail)."""
-    tf = _tf()
+    tf = lazy_tf()
     pads = [[0, 0], [0, 0]]
     shape = None
     for a in range(nd):
@@ -142,10 +142,10 @@ def _pad_spatial_first(x, begin, end, value, nd: int, out_sizes=None, strides=No
     return tf.pad(x, pads, constant_values=value)
 
 
-def _shift_reduce(x, kernel, strides, dilations, out_sizes, combine):
+def shift_reduce(x, kernel, strides, dilations, out_sizes, combine):
     """Window reduction over NC<spatial> by strided slices (one per kernel offset): any
     dilation, any rank, exact. ``combine(acc, slice, offset)`` folds one offset in."""
-    tf = _tf()
+    tf = lazy_tf()
     acc = None
     for offset in itertools.product(*[range(k) for k in kernel]):
         begin = [0, 0] + [o * d for o, d in zip(offset, dilations, strict=True)]
@@ -159,22 +159,22 @@ def _shift_reduce(x, kernel, strides, dilations, out_sizes, combine):
     return acc
 
 
-def _window_sum(x, kernel, strides, dilations, out_sizes):
+def window_sum(x, kernel, strides, dilations, out_sizes):
     """Sum over windows of an (already padded) NC<spatial> tensor."""
-    tf = _tf()
+    tf = lazy_tf()
     nd = len(kernel)
     if all(d == 1 for d in dilations) and x.dtype.name in ("float32", "float64", "float16") \
             and nd <= 3:
         rank = nd + 2
-        y = tf.nn.avg_pool(_to_last(x, rank), kernel, strides, "VALID")
-        y = _to_first(y, rank) * tf.cast(int(np.prod(kernel)), x.dtype)
-        return _crop_to(y, out_sizes)
-    return _shift_reduce(x, kernel, strides, dilations, out_sizes,
+        y = tf.nn.avg_pool(to_last(x, rank), kernel, strides, "VALID")
+        y = to_first(y, rank) * tf.cast(int(np.prod(kernel)), x.dtype)
+        return crop_to(y, out_sizes)
+    return shift_reduce(x, kernel, strides, dilations, out_sizes,
                          lambda acc, part, _: part if acc is None else acc + part)
 
 
-def _crop_to(y, out_sizes):
-    tf = _tf()
+def crop_to(y, out_sizes):
+    tf = lazy_tf()
     if all(isinstance(o, int) for o in out_sizes):
         if list(y.shape[2:]) == list(out_sizes):
             return y
