@@ -326,8 +326,15 @@ def _catalog_child(task: dict) -> None:
         row["calibration"] = catalog.CALIBRATION
         row["size_rule"] = catalog.SIZE_RULE
     # Tolerance: 1e-4 absolute, or relative to the output's scale when that is above 1.
-    with torch.no_grad():
-        ref = convert.run_torch(built.module, signature.make_inputs(specs, max(BATCHES)), specs)
+    try:
+        with torch.no_grad():
+            ref = convert.run_torch(built.module, signature.make_inputs(specs, max(BATCHES)),
+                                    specs)
+    except Exception as e:  # noqa: BLE001 (torch itself cannot run it: not a converter row)
+        # e.g. RecurrentGemma keeps its recurrent state, sized by the first call's batch.
+        return done(status="not_built", message=f"torch's own forward fails at batch "
+                    f"{max(BATCHES)} after the builder's check call: {type(e).__name__}: "
+                    f"{short_message(e)[:300]}")
     floats = [np.abs(r).max() for r in ref if np.issubdtype(r.dtype, np.floating) and r.size]
     scale = float(max(floats)) if floats else 0.0
     if not np.isfinite(scale):
