@@ -84,6 +84,7 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
 
 def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.components.trt_optimizer import detect, optimize
+    from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
 
     progress = Progress(3, enabled=not args.quiet)
     found = detect.probe()
@@ -93,12 +94,12 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
     # to <output>/library.log unless --debug.
     with staging.staged_output(args.output, OPTIMIZE_WRITES, "optimize") as stage, \
             library_logs(stage, args.debug, LIBRARY_LOG) as logs:
-        result = optimize.optimize(args.model, stage, precision=args.precision,
-                                   examples_dir=args.examples, atol=args.atol,
-                                   topk_threshold=args.topk_threshold,
-                                   iterations=args.iterations, probe=found,
-                                   candidates=args.candidates.split(",") if args.candidates
-                                   else None)
+        config = OptimizerConfig(  # the component's one config, checked the same way
+            precision=args.precision, atol=args.atol, topk_threshold=args.topk_threshold,
+            iterations=args.iterations,
+            candidates=tuple(args.candidates.split(",")) if args.candidates else None)
+        result = optimize.optimize(args.model, stage, examples_dir=args.examples, probe=found,
+                                   **config.core_kwargs())
     logs = logs.replace(stage, args.output)
     progress(f"Measured {len(result.report['candidates'])} candidate(s); kept "
              f"{result.report['candidate']} (backend {result.backend})" + logs)
@@ -118,7 +119,8 @@ def add_parser(sub) -> None:
     """The import-model and optimize verbs."""
     from tfx_bridge.components.pytorch_model_importer import convert
     from tfx_bridge.components.pytorch_model_importer.to_tf import converters
-    from tfx_bridge.components.trt_optimizer import optimize
+    from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
+    from tfx_bridge.components.trt_optimizer.results import PRECISIONS
 
     imp = sub.add_parser("import-model",
                          help="PyTorch/ONNX -> SavedModel with a named signature, proven equal")
@@ -157,13 +159,14 @@ def add_parser(sub) -> None:
     opt.add_argument("--model", required=True,
                      help="a SavedModel folder or a Model artifact folder (Format-Serving/)")
     opt.add_argument("--output", required=True, help="Model artifact folder for the result")
-    opt.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "int8"])
+    defaults = OptimizerConfig()
+    opt.add_argument("--precision", default=defaults.precision, choices=list(PRECISIONS))
     opt.add_argument("--examples", default=None,
                      help="Examples folder for representative and held-out inputs")
-    opt.add_argument("--atol", type=float, default=optimize.DEFAULT_ATOL)
-    opt.add_argument("--topk-threshold", type=float, default=1.0,
+    opt.add_argument("--atol", type=float, default=defaults.atol)
+    opt.add_argument("--topk-threshold", type=float, default=defaults.topk_threshold,
                      help="minimum top-k index agreement for integer outputs (1.0 = exact)")
-    opt.add_argument("--iterations", type=positive_int, default=optimize.DEFAULT_ITERATIONS,
+    opt.add_argument("--iterations", type=positive_int, default=defaults.iterations,
                      help="timed calls per batch size")
     opt.add_argument("--candidates", default=None,
                      help="CPU candidates to try, comma-separated, of xla-cpu,xla-frozen,"

@@ -6,7 +6,8 @@ from tfx_bridge.lazy import lazy_exports
 
 _EXPORTS = {
     "TrtOptimizer": "component",
-    "TrtOptimizerSpec": "component",
+    "TrtOptimizerSpec": "spec",
+    "OptimizerConfig": "config",
     "Drifted": "errors",
     "OptimizerConfigError": "errors",
     "OptimizerError": "errors",

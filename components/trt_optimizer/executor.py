@@ -1,7 +1,6 @@
 """TrtOptimizer executor: unpack artifacts, run the core, record backend and blessing."""
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, List
 
@@ -14,37 +13,23 @@ from tfx.utils import path_utils
 
 from tfx_bridge.artifacts import properties
 from tfx_bridge.components.trt_optimizer import optimize
+from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
 from tfx_bridge.components.trt_optimizer.errors import Drifted
+from tfx_bridge.components.trt_optimizer.spec import (
+    BACKEND_PROPERTY,
+    BLESSED_PROPERTY,
+    CONFIG_KEY,
+    EXAMPLES_KEY,
+    LATENCY_AFTER_PROPERTY,
+    LATENCY_BEFORE_PROPERTY,
+    MODEL_KEY,
+    OPTIMIZED_MODEL_KEY,
+    PRECISION_PROPERTY,
+    REQUIRES_GPU_PROPERTY,
+    SERVING_FLAGS_PROPERTY,
+)
 from tfx_bridge.storage import fs
 from tfx_bridge.torch import model as torch_model
-
-MODEL_KEY = "model"
-EXAMPLES_KEY = "examples"
-OPTIMIZED_MODEL_KEY = "optimized_model"
-PRECISION_KEY = "precision"
-ATOL_KEY = "atol"
-RTOL_KEY = "rtol"
-TOPK_THRESHOLD_KEY = "topk_threshold"
-ITERATIONS_KEY = "iterations"
-OP_DENYLIST_KEY = "op_denylist"
-WORKSPACE_BYTES_KEY = "workspace_bytes"
-MINIMUM_SEGMENT_SIZE_KEY = "minimum_segment_size"
-MAXIMUM_CACHED_ENGINES_KEY = "maximum_cached_engines"
-FAIL_ON_DRIFT_KEY = "fail_on_drift"
-CANDIDATES_KEY = "candidates"
-# Custom properties on the optimized Model (docs/ARCHITECTURE.md).
-BLESSED_PROPERTY = properties.BLESSED
-BACKEND_PROPERTY = "backend"
-PRECISION_PROPERTY = "precision"
-REQUIRES_GPU_PROPERTY = properties.REQUIRES_GPU
-SERVING_FLAGS_PROPERTY = properties.SERVING_FLAGS
-LATENCY_BEFORE_PROPERTY = properties.LATENCY_BEFORE
-LATENCY_AFTER_PROPERTY = properties.LATENCY_AFTER
-
-
-def _get(props, key, default):
-    value = props.get(key)
-    return default if value is None else value
 
 
 class Executor(base_executor.BaseExecutor):
@@ -59,19 +44,9 @@ class Executor(base_executor.BaseExecutor):
         examples = (artifact_utils.get_single_uri(input_dict[EXAMPLES_KEY])
                     if input_dict.get(EXAMPLES_KEY) else None)
         out = artifact_utils.get_single_instance(output_dict[OPTIMIZED_MODEL_KEY])
-        p = exec_properties
-        result = optimize.optimize(
-            source, out.uri, precision=_get(p, PRECISION_KEY, "fp32"), examples_dir=examples,
-            atol=float(_get(p, ATOL_KEY, optimize.DEFAULT_ATOL)),
-            rtol=float(_get(p, RTOL_KEY, 0.0)),
-            topk_threshold=float(_get(p, TOPK_THRESHOLD_KEY, 1.0)),
-            iterations=int(_get(p, ITERATIONS_KEY, optimize.DEFAULT_ITERATIONS)),
-            op_denylist=json.loads(_get(p, OP_DENYLIST_KEY,
-                                        json.dumps(optimize.DEFAULT_OP_DENYLIST))),
-            trt_options={"workspace_bytes": int(_get(p, WORKSPACE_BYTES_KEY, 1 << 30)),
-                         "minimum_segment_size": int(_get(p, MINIMUM_SEGMENT_SIZE_KEY, 3)),
-                         "maximum_cached_engines": int(_get(p, MAXIMUM_CACHED_ENGINES_KEY, 1))},
-            candidates=json.loads(p[CANDIDATES_KEY]) if p.get(CANDIDATES_KEY) else None)
+        config = OptimizerConfig.from_json(exec_properties[CONFIG_KEY])
+        result = optimize.optimize(source, out.uri, examples_dir=examples,
+                                   **config.core_kwargs())
         report = result.report
         # The PyTorch form travels with the model (docs/ARCHITECTURE.md): once this
         # artifact is blessed, the next training warm-starts from it.
@@ -89,7 +64,7 @@ class Executor(base_executor.BaseExecutor):
         out.set_string_custom_property(artifact_utils.ARTIFACT_TFX_VERSION_CUSTOM_PROPERTY_KEY,
                                        tfx_version.__version__)
         logging.info("TrtOptimizer: backend %s, blessed %s", result.backend, result.blessed)
-        if not result.blessed and _get(p, FAIL_ON_DRIFT_KEY, 1):
+        if not result.blessed and config.fail_on_drift:
             raise Drifted(
                 f"The {result.backend} model drifted from the original (report: "
                 f"{os.path.join(out.uri, optimize.REPORT_MD)}).")

@@ -66,6 +66,7 @@ from tfx_bridge.components.trt_optimizer.candidates import (  # noqa: F401 (opti
     cpu_builders,
     engines_only,
 )
+from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
 from tfx_bridge.components.trt_optimizer.detect import Probe
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError
 from tfx_bridge.components.trt_optimizer.inputs import (  # noqa: F401 (optimize's API)
@@ -157,15 +158,12 @@ def optimize_local(model_path: str, output_dir: str, precision: str = "fp32",
 
     from tfx_bridge.components.trt_optimizer import detect
 
-    if precision not in PRECISIONS:
-        raise OptimizerConfigError(f"precision {precision!r}: use one of {PRECISIONS}.")
-    if not 0.0 < topk_threshold <= 1.0:
-        raise OptimizerConfigError(f"topk_threshold must be in (0, 1], got {topk_threshold}.")
+    # The component's checks, once (config.py): a direct call is refused as a build is.
+    OptimizerConfig(precision=precision, atol=atol, rtol=rtol, topk_threshold=topk_threshold,
+                    iterations=iterations, op_denylist=tuple(op_denylist),
+                    candidates=None if candidates is None else tuple(candidates),
+                    **(trt_options or {}))
     cpu_candidates = DEFAULT_CPU_CANDIDATES if candidates is None else tuple(candidates)
-    unknown = sorted(set(cpu_candidates) - set(CPU_CANDIDATES))
-    if unknown:
-        raise OptimizerConfigError(f"unknown candidates {unknown}: use some of "
-                                   f"{list(CPU_CANDIDATES)}.")
     source = resolve_saved_model(model_path)
     probe = probe or detect.probe()
     start = time.perf_counter()

@@ -1,0 +1,93 @@
+"""TrtOptimizer's settings, declared once: defaults and checks in one frozen object
+that the component, the executor and the CLI all build (stored as JSON in one
+execution parameter). No TFX imports.
+
+Example:
+    >>> config = OptimizerConfig(iterations=30, candidates=("frozen", "xla-cpu"))
+    >>> OptimizerConfig.from_json(config.to_json()) == config
+    True
+    >>> OptimizerConfig(precision="fp8")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tfx_bridge.components.trt_optimizer.errors.OptimizerConfigError: TrtOptimizer: ...
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Optional, Tuple
+
+from tfx_bridge.components.trt_optimizer.candidates import CPU_CANDIDATES
+from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError
+from tfx_bridge.components.trt_optimizer.results import (
+    DEFAULT_ATOL,
+    DEFAULT_ITERATIONS,
+    DEFAULT_OP_DENYLIST,
+    PRECISIONS,
+)
+
+MIN_ITERATIONS = 10  # fewer timed calls give no p99
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    """How a model is optimized and checked (docs/ARCHITECTURE.md, TrtOptimizer)."""
+
+    precision: str = "fp32"
+    atol: float = DEFAULT_ATOL
+    rtol: float = 0.0
+    topk_threshold: float = 1.0
+    iterations: int = DEFAULT_ITERATIONS
+    op_denylist: Tuple[str, ...] = DEFAULT_OP_DENYLIST
+    workspace_bytes: int = 1 << 30
+    minimum_segment_size: int = 3
+    maximum_cached_engines: int = 1
+    fail_on_drift: bool = True
+    candidates: Optional[Tuple[str, ...]] = None  # None: DEFAULT_CPU_CANDIDATES
+
+    def __post_init__(self):
+        # Lists from JSON or callers become tuples: the object stays hashable and frozen.
+        object.__setattr__(self, "op_denylist", tuple(self.op_denylist))
+        if self.candidates is not None:
+            object.__setattr__(self, "candidates", tuple(self.candidates))
+        problems = []
+        if self.precision not in PRECISIONS:
+            problems.append(f"precision {self.precision!r}: use one of {list(PRECISIONS)}")
+        if not 0.0 < self.topk_threshold <= 1.0:
+            problems.append(f"topk_threshold must be in (0, 1], got {self.topk_threshold}")
+        if self.atol < 0 or self.rtol < 0:
+            problems.append(f"atol and rtol must be >= 0, got {self.atol} and {self.rtol}")
+        if self.iterations < MIN_ITERATIONS:
+            problems.append(f"iterations {self.iterations} is too few for a p99; use >= "
+                            f"{MIN_ITERATIONS}")
+        unknown = sorted(set(self.candidates or ()) - set(CPU_CANDIDATES))
+        if unknown:
+            problems.append(f"unknown candidates {unknown}; use some of {list(CPU_CANDIDATES)}")
+        for name in ("workspace_bytes", "minimum_segment_size", "maximum_cached_engines"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if problems:
+            raise OptimizerConfigError("TrtOptimizer: " + "; ".join(problems) + ".")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> OptimizerConfig:
+        try:
+            fields = json.loads(text)
+            return cls(**fields)
+        except (TypeError, ValueError) as e:  # unknown keys, wrong shapes, not JSON
+            raise OptimizerConfigError(f"TrtOptimizer config {text[:200]!r}: {e}.") from e
+
+    def trt_options(self) -> dict:
+        return {"workspace_bytes": self.workspace_bytes,
+                "minimum_segment_size": self.minimum_segment_size,
+                "maximum_cached_engines": self.maximum_cached_engines}
+
+    def core_kwargs(self) -> dict:
+        """The keyword arguments of :func:`optimize.optimize` this config sets."""
+        return {"precision": self.precision, "atol": self.atol, "rtol": self.rtol,
+                "topk_threshold": self.topk_threshold, "iterations": self.iterations,
+                "op_denylist": self.op_denylist, "trt_options": self.trt_options(),
+                "candidates": self.candidates}

@@ -1,0 +1,40 @@
+"""TrtOptimizer's one config: defaults and checks written once, JSON both ways."""
+from __future__ import annotations
+
+import pytest
+
+from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
+from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError
+from tfx_bridge.components.trt_optimizer.results import DEFAULT_ITERATIONS
+
+
+def test_config_json_round_trip_equal_and_lists_become_tuples():
+    config = OptimizerConfig(iterations=30, op_denylist=["TopKV2", "Where"],
+                             candidates=["frozen", "tflite"], fail_on_drift=False)
+    assert config.op_denylist == ("TopKV2", "Where") and config.candidates == ("frozen", "tflite")
+    assert OptimizerConfig.from_json(config.to_json()) == config
+
+
+def test_config_every_bad_setting_named_in_one_refusal():
+    with pytest.raises(OptimizerConfigError, match=r"precision 'fp8'.*topk_threshold must be "
+                       r"in \(0, 1\], got 0.0.*iterations 3 is too few.*unknown candidates "
+                       r"\['tvm'\].*workspace_bytes must be >= 1"):
+        OptimizerConfig(precision="fp8", topk_threshold=0.0, iterations=3, candidates=["tvm"],
+                        workspace_bytes=0)
+
+
+@pytest.mark.parametrize("text, match", [
+    ('{"iterations": 30, "speed": "max"}', r"unexpected keyword argument 'speed'"),
+    ("not json", r"Expecting value"),
+])
+def test_config_from_json_unknown_key_or_not_json_refused(text, match):
+    with pytest.raises(OptimizerConfigError, match=match):
+        OptimizerConfig.from_json(text)
+
+
+def test_config_core_kwargs_carry_every_setting_the_core_takes():
+    config = OptimizerConfig(workspace_bytes=1 << 20, candidates=["frozen"])
+    kwargs = config.core_kwargs()
+    assert kwargs["trt_options"] == {"workspace_bytes": 1 << 20, "minimum_segment_size": 3,
+                                     "maximum_cached_engines": 1}
+    assert kwargs["candidates"] == ("frozen",) and kwargs["iterations"] == DEFAULT_ITERATIONS
