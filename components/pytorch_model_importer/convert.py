@@ -38,6 +38,7 @@ from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 from tfx_bridge.components.pytorch_model_importer import rewrite, transform_wrap
 from tfx_bridge.components.pytorch_model_importer.export import (  # noqa: F401  (the API)
     DEFAULT_OPSET,
+    EXPORT_BATCH,
     MIN_OPSET,
     UNUSED_INPUT,
     export_onnx,
@@ -48,6 +49,7 @@ from tfx_bridge.components.pytorch_model_importer.report import (  # noqa: F401
     check_table,
     report_markdown,
 )
+from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
 from tfx_bridge.components.pytorch_model_importer.signature import (  # noqa: F401
     TensorSpec,
     make_inputs,
@@ -88,6 +90,7 @@ REPORT_JSON = layout.REPORT_JSON
 REPORT_MD = layout.REPORT_MD
 CONVERTERS = converters.CHOICES
 DEFAULT_CONVERTER = converters.AUTO
+ROW_WISE_SERVING = "row-wise-serving"  # the report's rewrite kind
 
 
 @dataclasses.dataclass
@@ -161,72 +164,46 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
     rewrites buy. ``tamper_onnx`` (tests only) edits the ONNX given to the converter,
     to prove the equivalence gate catches a broken conversion.
     """
-    start = time.perf_counter()
     serving_dir = os.path.join(output_dir, SERVING_DIR)
     if transform_dir:  # a name mismatch is refused before the minutes of conversion
         transform_wrap.check_model_inputs(inputs, transform_wrap.transformed_spec(transform_dir))
+    retried_after = None  # seconds spent on the batch-32 export before the row-wise one
+    module = load_torch_module(source) if source.kind != SOURCE_ONNX else None
+    types = rewrite.module_types(module, prefix=export_prefix(module))
     with tempfile.TemporaryDirectory(prefix="tfx-bridge-import-") as work:
-        onnx_path = os.path.join(work, "model.onnx")
-        module = None
-        trace_warnings: Optional[List[str]] = None  # None: nothing was traced (ONNX)
-        if source.kind == SOURCE_ONNX:
-            rename_onnx_io(source.path, onnx_path, inputs, output_names)
-            rewrites = []
-        else:
-            module = load_torch_module(source)
-            trace_warnings = []
-            rewrites = export_onnx(module, inputs, output_names, onnx_path, opset,
-                                   trace_warnings)
-        # Named by the export (an ONNX hand-over's inputs match the declared ones).
-        unused = next((r.nodes for r in rewrites if r.kind == UNUSED_INPUT), [])
-        types = rewrite.module_types(module, prefix=export_prefix(module))
-        # The converter gets a copy; the reference (onnxruntime) runs the ONNX as exported.
-        to_convert = os.path.join(work, "model_to_convert.onnx")
-        shutil.copyfile(onnx_path, to_convert)
-        if tamper_onnx is not None:
-            tamper_onnx(to_convert)
-        exported = time.perf_counter()
-        conversion = converters.to_saved_model(to_convert, work, inputs, types, converter,
-                                               graph_rewrites)
-        rewrites += conversion.rewrites
-        converted = conversion.saved_model
-        if os.path.exists(serving_dir):
-            shutil.rmtree(serving_dir)
-        os.makedirs(output_dir, exist_ok=True)
-        # With Transform, the converted model is wrapped twice: model inputs -> outputs
-        # (checked against torch and onnxruntime), then raw features -> that model.
-        model_dir = os.path.join(work, "model-inputs") if transform_dir else serving_dir
-        wrap_saved_model(converted, model_dir, inputs, output_names,
-                         None if transform_dir else schema, unused)
-        raw_inputs = None
-        if transform_dir:
-            raw_inputs = transform_wrap.wrap(model_dir, serving_dir, transform_dir, inputs,
-                                             output_names)
-        converted_at = time.perf_counter()
-        feeds_from = transformed_examples_dir if transform_dir else examples_dir
-        if transform_dir and not transformed_examples_dir:
-            feeds_from = None
-        real = (examples.inputs_from_examples(feeds_from, inputs, max(batch_sizes))
-                if feeds_from else None)
-        findings: Optional[List[ExportFinding]] = [] if module is not None else None
-        checks = verify(model_dir, onnx_path, inputs, output_names, module, atol, rtol,
-                        batch_sizes, real, findings)
-        for f in findings or []:
-            if f.node is not None:
-                f.where = rewrite.describe_node(f.op or "?", f.node, types)
-        chain = None
-        if transform_dir and examples_dir and transformed_examples_dir:
-            def reference(feeds):
-                if module is not None:
-                    return run_torch(module, feeds, inputs)
-                return run_ort(onnx_path, feeds)
-
-            chain_checks, chain = transform_wrap.verify_chain(
-                serving_dir, transform_dir, examples_dir, transformed_examples_dir, inputs,
-                output_names, reference, raw_inputs, atol, rtol, batch_sizes,
-                lambda *row: OutputCheck(*row))
-            checks += chain_checks
-        verified = time.perf_counter()
+        run = _attempt(source, module, types, inputs, output_names, work, serving_dir,
+                       output_dir, opset, atol, rtol, batch_sizes, examples_dir, schema,
+                       tamper_onnx, graph_rewrites, transform_dir, transformed_examples_dir,
+                       converter, EXPORT_BATCH, row_wise=False)
+        if module is not None and not _is_script(module) and \
+                frozen_batch(run.checks, run.findings, atol, EXPORT_BATCH):
+            # Right at the export batch only: the model's code loops over or sizes by
+            # the batch (GPTSAN's `for i in range(num_batch)`, TAPAS's segments per
+            # batch). Rows are independent in inference, so the graph exported for one
+            # row, run row by row, is the model; it must verify like any other.
+            rows_work = os.path.join(work, "rows")
+            rows = _attempt(source, module, types, inputs, output_names, rows_work,
+                            os.path.join(rows_work, SERVING_DIR), rows_work, opset, atol,
+                            rtol, batch_sizes, examples_dir, schema, tamper_onnx,
+                            graph_rewrites, transform_dir, transformed_examples_dir,
+                            converter, 1, row_wise=True)
+            if all(c.ok for c in rows.checks):
+                shutil.rmtree(serving_dir)
+                shutil.move(os.path.join(rows_work, SERVING_DIR), serving_dir)
+                rows.rewrites.append(Rewrite(
+                    ROW_WISE_SERVING, [f"export batch {EXPORT_BATCH} -> 1"],
+                    f"the graph exported at batch {EXPORT_BATCH} is right at that batch "
+                    "only (the model's code loops over or sizes by the batch); exported "
+                    "for one row and served row by row (tf.map_fn), verified at every "
+                    "batch checked"))
+                retried_after = round(rows.started - run.started, 2)
+                run = rows
+    rewrites, conversion, checks, findings = run.rewrites, run.conversion, run.checks, \
+        run.findings
+    raw_inputs, chain, feeds_from, real = run.raw_inputs, run.chain, run.feeds_from, run.real
+    exported, converted_at, verified = run.exported, run.converted_at, run.verified
+    trace_warnings = run.trace_warnings
+    start = run.started  # the stages' seconds are the served attempt's
     blessed = all(c.ok for c in checks)
     worst = max_float_error(checks)
     report = {
@@ -266,6 +243,8 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
         "converter": conversion.converter,
         "conversion_attempts": conversion.attempts,
         "source_digest": digest,
+        # Seconds of the batch-32 attempt before the row-wise one (None: not retried).
+        "row_wise_retry_after_s": retried_after,
         "seconds": {"export": round(exported - start, 2),
                     "convert": round(converted_at - exported, 2),
                     "verify": round(verified - converted_at, 2)},
@@ -277,3 +256,116 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
         f.write(report_markdown(report))
     return ImportResult(blessed, report, serving_dir)
 
+
+
+@dataclasses.dataclass
+class _Attempt:
+    """One export -> convert -> wrap -> verify pass (convert.py's stages 2 to 5)."""
+
+    rewrites: list
+    conversion: object
+    checks: list
+    findings: Optional[list]
+    raw_inputs: Optional[list]
+    chain: Optional[dict]
+    feeds_from: Optional[str]
+    real: Optional[dict]
+    trace_warnings: Optional[List[str]]
+    started: float
+    exported: float
+    converted_at: float
+    verified: float
+
+
+def _attempt(source, module, types, inputs, output_names, work: str, serving_dir: str,
+             output_dir: str, opset: int, atol: float, rtol: float, batch_sizes,
+             examples_dir, schema, tamper_onnx, graph_rewrites: bool, transform_dir,
+             transformed_examples_dir, converter: str, export_batch: int,
+             row_wise: bool) -> _Attempt:
+    """Exports (torch sources) with a batch-``export_batch`` sample, converts, wraps
+    into ``serving_dir`` (row by row when ``row_wise``) and verifies."""
+    started = time.perf_counter()
+    os.makedirs(work, exist_ok=True)
+    onnx_path = os.path.join(work, "model.onnx")
+    trace_warnings: Optional[List[str]] = None  # None: nothing was traced (ONNX)
+    if source.kind == SOURCE_ONNX:
+        rename_onnx_io(source.path, onnx_path, inputs, output_names)
+        rewrites = []
+    else:
+        trace_warnings = []
+        rewrites = export_onnx(module, inputs, output_names, onnx_path, opset,
+                               trace_warnings, batch=export_batch)
+    # Named by the export (an ONNX hand-over's inputs match the declared ones).
+    unused = next((r.nodes for r in rewrites if r.kind == UNUSED_INPUT), [])
+    # The converter gets a copy; the reference (onnxruntime) runs the ONNX as exported.
+    to_convert = os.path.join(work, "model_to_convert.onnx")
+    shutil.copyfile(onnx_path, to_convert)
+    if tamper_onnx is not None:
+        tamper_onnx(to_convert)
+    exported = time.perf_counter()
+    conversion = converters.to_saved_model(to_convert, work, inputs, types, converter,
+                                           graph_rewrites)
+    rewrites += conversion.rewrites
+    converted = conversion.saved_model
+    if os.path.exists(serving_dir):
+        shutil.rmtree(serving_dir)
+    os.makedirs(output_dir, exist_ok=True)
+    # With Transform, the converted model is wrapped twice: model inputs -> outputs
+    # (checked against torch and onnxruntime), then raw features -> that model.
+    model_dir = os.path.join(work, "model-inputs") if transform_dir else serving_dir
+    wrap_saved_model(converted, model_dir, inputs, output_names,
+                     None if transform_dir else schema, unused, row_wise=row_wise)
+    raw_inputs = None
+    if transform_dir:
+        raw_inputs = transform_wrap.wrap(model_dir, serving_dir, transform_dir, inputs,
+                                         output_names)
+    converted_at = time.perf_counter()
+    feeds_from = transformed_examples_dir if transform_dir else examples_dir
+    if transform_dir and not transformed_examples_dir:
+        feeds_from = None
+    real = (examples.inputs_from_examples(feeds_from, inputs, max(batch_sizes))
+            if feeds_from else None)
+    findings: Optional[List[ExportFinding]] = [] if module is not None else None
+    checks = verify(model_dir, onnx_path, inputs, output_names, module, atol, rtol,
+                    batch_sizes, real, findings, row_wise=row_wise)
+    for f in findings or []:
+        if f.node is not None:
+            f.where = rewrite.describe_node(f.op or "?", f.node, types)
+    chain = None
+    if transform_dir and examples_dir and transformed_examples_dir:
+        def reference(feeds):
+            if module is not None:
+                return run_torch(module, feeds, inputs)
+            return run_ort(onnx_path, feeds)
+
+        chain_checks, chain = transform_wrap.verify_chain(
+            serving_dir, transform_dir, examples_dir, transformed_examples_dir, inputs,
+            output_names, reference, raw_inputs, atol, rtol, batch_sizes,
+            lambda *row: OutputCheck(*row))
+        checks += chain_checks
+    verified = time.perf_counter()
+    return _Attempt(rewrites, conversion, checks, findings, raw_inputs, chain, feeds_from,
+                    real, trace_warnings, started, exported, converted_at, verified)
+
+
+def frozen_batch(checks, findings, atol: float, export_batch: int) -> bool:
+    """True when the exported graph froze the batch size: the SavedModel matches torch
+    at the export batch, and at every other batch checked it raises, or the
+    export itself (onnxruntime on it, ``findings``) is off torch there. A
+    conversion merely over the tolerance is not that."""
+    torch_checks = [c for c in checks if c.reference == "torch"]
+    at_export = [c for c in torch_checks if c.batch == export_batch]
+    others = {c.batch for c in torch_checks if c.batch != export_batch}
+    if not at_export or not all(c.ok for c in at_export) or not others:
+        return False
+    export_off = {f.batch for f in findings or []
+                  if f.error is not None or f.max_abs is None or f.max_abs > atol}
+    raised = {c.batch for c in torch_checks if not c.ok and (c.error or c.max_abs is None)}
+    return others <= (raised | export_off)
+
+
+def _is_script(module) -> bool:
+    """A TorchScript module: its graph is already traced, so a new export sample
+    changes nothing."""
+    torch = lazy_torch()
+    return isinstance(module, (torch.jit.ScriptModule, torch.jit.ScriptFunction))

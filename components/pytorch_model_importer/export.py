@@ -31,8 +31,8 @@ MAX_TRACE_WARNINGS = 8
 UNUSED_INPUT = "unused-input-ignored"  # the report's rewrite kind
 
 def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str], path: str,
-                opset: int = DEFAULT_OPSET, trace_warnings: Optional[list] = None
-                ) -> List[Rewrite]:
+                opset: int = DEFAULT_OPSET, trace_warnings: Optional[list] = None,
+                batch: int = EXPORT_BATCH) -> List[Rewrite]:
     """torch.onnx.export with named inputs/outputs and a dynamic axis per -1.
 
     The fused attention fast path is off during export and fixed-width
@@ -42,7 +42,7 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
     torch symbolics that export wrongly are replaced (export_fixes.py). The
     changes made are returned for the report; torch's TracerWarnings (Python
     control flow on tensor values, frozen for the export sample) are appended to
-    ``trace_warnings`` as "file:line: message".
+    ``trace_warnings`` as "file:line: message". ``batch``: the sample's batch.
     """
     torch = lazy_torch()
     onnx = lazy_onnx()
@@ -50,7 +50,7 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
 
     if not MIN_OPSET <= opset <= 20:
         raise ImporterConfigError(f"opset {opset}: use {MIN_OPSET} to 20 (default 17).")
-    sample = make_inputs(inputs, batch=EXPORT_BATCH)
+    sample = make_inputs(inputs, batch=batch)
     args = tuple(torch.from_numpy(sample[s.name]) for s in inputs)
     dynamic = {s.name: {i: ("batch" if i == 0 else f"{s.name}_dim{i}")
                         for i, d in enumerate(s.shape) if d < 0} for s in inputs}
@@ -63,6 +63,7 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
     try:
         with fused.onnx_symbolics(), export_fixes.onnx_symbolics(), swaps.mha_fastpath_off(), \
                 swaps.model_export_paths(module) as export_paths, \
+                swaps.autograd_functions_inlined() as inlined, \
                 swaps.dense_embedding_bags(module) as (exported, bags), torch.no_grad(), \
                 warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", torch.jit.TracerWarning)
@@ -77,7 +78,8 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
     except ImporterError:
         raise
     except Exception as e:
-        raise ModelSourceError(_export_failure(e, inputs)) from e
+        raise ModelSourceError(_export_failure(
+            e, inputs, lambda kind: _locate(exported, args, kind))) from e
     model = onnx.load(path)
     if len(model.graph.output) != len(output_names):
         raise ImporterConfigError(
@@ -92,6 +94,11 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
             swaps.MHA_FASTPATH_OFF, fastpath,
             "exported with torch.backends.mha.set_fastpath_enabled(False): the fused "
             "attention kernels have no ONNX form; the unfused ops compute the same"))
+    if inlined:
+        applied.append(Rewrite(
+            swaps.AUTOGRAD_FUNCTION_INLINED, inlined,
+            "torch.autograd.Function(s) without an ONNX symbolic, traced through their "
+            "forward (no backward runs in an eval export)"))
     if export_paths:
         applied.append(Rewrite(
             swaps.MODEL_ONNX_EXPORT_PATH, export_paths,
@@ -135,8 +142,13 @@ def export_prefix(module) -> str:
     return swaps.WRAPPER_ATTRIBUTE + "."
 
 
-def _export_failure(error: Exception, inputs: Sequence[TensorSpec]) -> str:
-    """What torch.onnx.export's error means for the user, and the fix."""
+def _export_failure(error: Exception, inputs: Sequence[TensorSpec], locate=None) -> str:
+    """What torch.onnx.export's error means for the user, and the fix.
+
+    ``locate(kind)``: where the model calls op ``kind`` ("at file:line in fn(),
+    PyTorch module ..."), for torch's "Exporting the operator ... is not
+    supported", which names neither.
+    """
     text = str(error)
     first = next((ln for ln in text.splitlines() if ln.strip()), type(error).__name__)
     if "embedding_bag" in text:
@@ -144,6 +156,10 @@ def _export_failure(error: Exception, inputs: Sequence[TensorSpec]) -> str:
                 " Hand over the state_dict with --module-class: the importer then exports "
                 "fixed-width bags as gather + reduce (padding_idx included).")
     op = _symbolic_failure(text)
+    unsupported = re.match(r"Exporting the operator '([\w:.]+)'", text)
+    if op is not None and unsupported and locate is not None:
+        where = locate(unsupported.group(1))
+        op = f"{op} ({where})" if where else op
     if op is not None:
         return (f"torch.onnx.export refused the model: {op}. Write that line with ops the "
                 "exporter supports (e.g. cast integer masks to bool before |, & or ~), or "
@@ -167,20 +183,56 @@ def _symbolic_failure(text: str) -> Optional[str]:
             and not text.startswith("Exporting the operator"):
         return None
     reason = _GENERIC_TAIL.sub("", text.split("[Caused by", 1)[0]).strip().rstrip(".")
-    where = []
     defined = _DEFINED.search(text)
-    if defined:
-        where.append(f"at {defined.group(1).rsplit('/', 1)[-1]}:{defined.group(2)} in "
-                     f"{defined.group(3)}()")
     scope = _SCOPE.search(text)
-    if scope:
-        mods = [part.split("::", 1) for part in scope.group(1).split("/") if "::" in part]
-        mods = [m for m in mods if not m[0].endswith("." + _wrapper_class())]
-        names = [name for _, name in mods[1:] if name]  # the root's name is our attribute
-        if mods:
-            where.append(f"PyTorch module {'.'.join(names) or '(root)'!r} "
-                         f"({mods[-1][0].rsplit('.', 1)[-1]})")
+    where = _where(scope.group(1) if scope else "", defined.groups() if defined else None)
     return reason + (f" ({', '.join(where)})" if where else "")
+
+
+def _where(scope: str, defined: Optional[tuple]) -> List[str]:
+    """"at file:line in fn()" and "PyTorch module 'a.b' (Class)" from a traced node's
+    scope ("pkg.Outer::/pkg.Inner::block") and (file, line, function)."""
+    where = []
+    if defined:
+        where.append(f"at {defined[0].rsplit('/', 1)[-1]}:{defined[1]} in {defined[2]}()")
+    mods = [part.split("::", 1) for part in scope.split("/") if "::" in part]
+    mods = [m for m in mods if not m[0].endswith("." + _wrapper_class())]
+    names = [name for _, name in mods[1:] if name]  # the root's name is our attribute
+    if mods:
+        where.append(f"PyTorch module {'.'.join(names) or '(root)'!r} "
+                     f"({mods[-1][0].rsplit('.', 1)[-1]})")
+    return where
+
+
+_FRAME = re.compile(r"^(.+?)\((\d+)\): (\w+)$")
+
+
+def _locate(module, args, kind: str) -> Optional[str]:
+    """Where ``module`` calls op ``kind``: traced again with torch.onnx's module scopes
+    (only when the export failed), the first such node's source line and module."""
+    torch = lazy_torch()
+    trace = torch.jit._trace
+    # Each module by its attribute name, as torch.onnx.export scopes them.
+    scopes = {m: torch._C._jit_onnx_create_full_scope_name(torch.typename(type(m)),
+                                                           name.rsplit(".", 1)[-1])
+              for name, m in module.named_modules()}
+    before = trace._trace_module_map
+    trace._trace_module_map = scopes
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            graph, _ = torch.jit._get_trace_graph(module, args)
+    except Exception:  # noqa: BLE001 (locating is best effort: the export's error stands)
+        return None
+    finally:
+        trace._trace_module_map = before
+    node = next((n for n in graph.nodes() if n.kind() == kind), None)
+    if node is None:
+        return None
+    frame = _FRAME.match(str(node.sourceRange()).splitlines()[0].strip()) \
+        if str(node.sourceRange()).strip() else None
+    where = _where(node.scopeName(), frame.groups() if frame else None)
+    return ", ".join(where) or None
 
 
 def _wrapper_class() -> str:

@@ -10,7 +10,17 @@ For the duration of an export, :func:`onnx_symbolics` registers:
 - ``aten::adaptive_avg_pool{1,2,3}d``: torch's own symbolic refuses an output
   size that does not divide the input size (AlexNet's
   ``AdaptiveAvgPool2d((6, 6))`` below a 224 input); exported as a MatMul with
-  a constant averaging matrix per pooled axis (PyTorch's windows, exact).
+  a constant averaging matrix per pooled axis (PyTorch's windows, exact);
+- ``aten::repeat_interleave`` by one count: Unsqueeze, Expand, Reshape
+  (torch's own exports an Expand onnxruntime refuses for some of them);
+- ``aten::any``/``aten::all`` on non-bool tensors: cast to bool first (torch's
+  own symbolics assume bool input);
+- ``aten::scatter_reduce`` with mean, include_self=False, or amax/amin below
+  opset 18 (export_scatter.py): a dense one-hot segment reduction;
+- bitwise ``& | ^ ~`` on integer tensors (export_integer.py): exact integer
+  arithmetic;
+- ``aten::fft_*`` and complex arithmetic (export_spectral.py): complex tensors
+  as (real, imaginary) pairs, each transform a MatMul with a DFT matrix.
 
 :func:`applied` names the ones the last export used, for the import report.
 PyTorch's fused kernels (TorchScript only) are fused.py's.
@@ -22,7 +32,14 @@ from typing import Iterator, List, Sequence
 
 import torch
 from torch.onnx import symbolic_helper as sym
+from torch.onnx import symbolic_opset9 as opset9
+from torch.onnx._internal import registration
 
+from tfx_bridge.components.pytorch_model_importer import (
+    export_integer,
+    export_scatter,
+    export_spectral,
+)
 from tfx_bridge.components.pytorch_model_importer.fused import OPSETS, registered
 
 
@@ -49,6 +66,81 @@ def _index_add(g, self, dim, index, other, alpha=None):
     idx = g.op("Expand", idx, g.op("Shape", other))
     return g.op("ScatterElements", self, idx, other, axis_i=axis, reduction_s="add")
 
+
+def _truth_reduction(name: str, torch_symbolic):
+    def symbolic(g, *args):
+        """``any``/``all`` of a non-bool tensor, read as torch reads it: nonzero is True.
+
+        torch 2.5's own symbolics take bool input only and do not say so: ``all``
+        applies ONNX Not to the tensor (an invalid graph for integers: MEGA's
+        ``(1 - mask).all(-1)``) and ``any`` sums the int64 cast, so -1 and 1
+        cancel out. The input is cast to bool first (ONNX Cast: nonzero -> True).
+        """
+        x = args[0]
+        if not sym._is_bool(x):
+            x = g.op("Cast", x, to_i=torch.onnx.TensorProtoDataType.BOOL)
+            _TRUTH_CASTS.append(name)
+        return torch_symbolic(g, x, *args[1:])
+    return symbolic
+
+
+_TRUTH_CASTS: List[str] = []  # any/all calls on non-bool tensors in the current block
+TRUTH_REDUCTION_BOOL = "any-all-cast-to-bool"
+_TRUTH = {"aten::any": _truth_reduction("aten::any", opset9._any),
+          "aten::all": _truth_reduction("aten::all", opset9._all)}
+
+def _single_repeat(repeats):
+    """The one repeat count of ``repeats`` (an int or a one-element tensor), else None."""
+    value = sym._maybe_get_const(repeats, "t") if sym._is_value(repeats) else repeats
+    if isinstance(value, torch.Tensor):
+        return int(value.reshape(-1)[0]) if value.numel() == 1 else None
+    return value if isinstance(value, int) else None
+
+
+def _repeat_interleave(g, self, repeats, dim=None, output_size=None):
+    """``repeat_interleave`` by one count: Unsqueeze, Expand, Reshape.
+
+    torch 2.5's symbolic takes a path for a constant count along an axis of
+    known size that broadcasts the count itself: Cohere's rotary embedding
+    (``repeat_interleave(freqs, 2, dim=-1)``) exports an Expand onnxruntime
+    refuses at every batch ("invalid expand shape"). One count needs none of
+    that: each element gets a new axis, is expanded to ``count`` copies along
+    it, and the two axes merge. Per-element counts (a repeats tensor) keep
+    torch's symbolic.
+    """
+    count = _single_repeat(repeats)
+    rank = sym._get_tensor_rank(self)
+    torch_symbolic = _TORCH_REPEAT[sym.GLOBALS.export_onnx_opset_version]
+    if count is None or rank is None:
+        return torch_symbolic(g, self, repeats, dim, output_size)
+    if dim is None or sym._is_none(dim):
+        self = g.op("Reshape", self, g.op("Constant", value_t=torch.tensor([-1])))
+        rank, axis = 1, 0
+    else:
+        axis = sym._maybe_get_const(dim, "i")
+        if not isinstance(axis, int):
+            return torch_symbolic(g, self, repeats, dim, output_size)
+        axis %= rank
+
+    def const(values):
+        return g.op("Constant", value_t=torch.tensor(values, dtype=torch.int64))
+
+    def dims(start, end):  # shape[start:end] as a 1-D tensor
+        return g.op("Slice", g.op("Shape", self), const([start]), const([end]), const([0]))
+
+    copies = g.op("Expand", sym._unsqueeze_helper(g, self, [axis + 1]),
+                  g.op("Concat", dims(0, axis + 1), const([count]), dims(axis + 1, rank),
+                       axis_i=0))
+    _REPEATS.append(count)
+    return g.op("Reshape", copies, g.op(
+        "Concat", dims(0, axis), g.op("Mul", dims(axis, axis + 1), const([count])),
+        dims(axis + 1, rank), axis_i=0))
+
+
+_REPEATS: List[int] = []  # repeat_interleave counts exported in the current block
+_TORCH_REPEAT: dict = {}  # torch's own repeat_interleave symbolic, by opset
+REPEAT_INTERLEAVE = "aten::repeat_interleave"
+REPEAT_INTERLEAVE_EXPAND = "repeat-interleave-expand"
 
 _INDEX_ADDS: List[int] = []  # index_add calls exported in the current block
 INDEX_ADD = "aten::index_add"
@@ -137,26 +229,58 @@ def onnx_symbolics(opsets: Sequence[int] = OPSETS) -> Iterator[None]:
     """
     _INDEX_ADDS.clear()
     _ADAPTIVE_POOLS.clear()
-    symbolics = {name: (fn, opsets) for name, fn in _ADAPTIVE.items()}
+    _TRUTH_CASTS.clear()
+    _REPEATS.clear()
+    group = registration.registry.get_function_group(REPEAT_INTERLEAVE)
+    _TORCH_REPEAT.clear()
+    _TORCH_REPEAT.update({o: group.get(o) for o in opsets})  # before ours is registered
+    symbolics = export_spectral.symbolics(opsets)
+    symbolics.update({name: (fn, opsets) for name, fn in _ADAPTIVE.items()})
+    symbolics.update({name: (fn, opsets) for name, fn in _TRUTH.items()})
+    symbolics[REPEAT_INTERLEAVE] = (_repeat_interleave, list(opsets))
+    symbolics.update(export_scatter.symbolics(opsets))
+    symbolics.update(export_integer.symbolics(opsets))
     symbolics[INDEX_ADD] = (_index_add, [o for o in opsets if o in _INDEX_ADD_OPSETS])
     with registered(symbolics):
         yield
+
+
+def _counted(calls: Sequence[str], what: str) -> List[str]:
+    """``"N <what> <call>"`` per distinct call, in first-seen order."""
+    return [f"{calls.count(c)} {what}{' ' + c if c else ''}" for c in dict.fromkeys(calls)]
 
 
 def applied() -> list:
     """Report entries for torch symbolics replaced during the last export block."""
     from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
 
-    fixes = []
-    if _INDEX_ADDS:
-        fixes.append(Rewrite(
-            INDEX_ADD_SCATTER_ADD, [f"{len(_INDEX_ADDS)} index_add call(s)"],
-            "torch's index_add symbolic overwrites rows sharing an index; exported as "
-            "ScatterElements(reduction='add'), which sums them as PyTorch does"))
-    if _ADAPTIVE_POOLS:
-        fixes.append(Rewrite(
-            ADAPTIVE_POOL_MATMUL, [f"adaptive average pool {p}" for p in _ADAPTIVE_POOLS],
-            "torch exports adaptive average pooling only when the output size divides the "
-            "input size; these pool to other sizes and were exported as a MatMul with a "
-            "constant averaging matrix per axis (PyTorch's windows, exact)"))
-    return fixes
+    found = [
+        (INDEX_ADD_SCATTER_ADD, _counted([""] * len(_INDEX_ADDS), "index_add call(s)"),
+         "torch's index_add symbolic overwrites rows sharing an index; exported as "
+         "ScatterElements(reduction='add'), which sums them as PyTorch does"),
+        (ADAPTIVE_POOL_MATMUL, [f"adaptive average pool {p}" for p in _ADAPTIVE_POOLS],
+         "torch exports adaptive average pooling only when the output size divides the "
+         "input size; these pool to other sizes and were exported as a MatMul with a "
+         "constant averaging matrix per axis (PyTorch's windows, exact)"),
+        (REPEAT_INTERLEAVE_EXPAND,
+         _counted([""] * len(_REPEATS), "repeat_interleave call(s) by one count"),
+         "torch's repeat_interleave symbolic exports some single-count calls as an Expand "
+         "onnxruntime refuses; exported as Unsqueeze, Expand to the count and Reshape"),
+        (TRUTH_REDUCTION_BOOL, _counted(_TRUTH_CASTS, "call(s) on non-bool tensors of"),
+         "torch's any/all symbolics read only bool tensors (all exports an invalid Not on "
+         "integers, any lets -1 and 1 cancel); the input is cast to bool first, nonzero "
+         "being True as in PyTorch"),
+        (export_integer.BITWISE_ARITHMETIC, _counted(export_integer.used(), "bitwise"),
+         "torch exports bitwise &, |, ^, ~ on bool tensors only and ONNX has integer "
+         "bitwise ops from opset 18; exported with exact integer arithmetic (lowest bit "
+         "with a bool, bit by bit with an int, -x - 1 for ~)"),
+        (export_scatter.SCATTER_REDUCE_DENSE, _counted(export_scatter.used(), "scatter_reduce"),
+         "torch refuses scatter_reduce with mean or include_self=False and exports amax/"
+         "amin as ScatterElements reductions ONNX has only from opset 18; exported as a "
+         "one-hot segment mask reduced along dim (exact)"),
+        (export_spectral.FFT_MATMUL, _counted(export_spectral.used(), "call(s) of"),
+         "torch exports no torch.fft op; exported with complex tensors as (real, "
+         "imaginary) pairs and each transform as a MatMul with cosine/sine matrices "
+         "built from the axis length (exact angles)"),
+    ]
+    return [Rewrite(kind, nodes, why) for kind, nodes, why in found if nodes]

@@ -22,6 +22,13 @@ Imported only when a torch module is exported (torch is the ``onnx`` extra).
   the graph is only right at the export batch). When a module's code reads
   that switch, its config has it on during the export (and back off after:
   the checks compare against the model's default path).
+- ``autograd-function-inlined``: a ``torch.autograd.Function`` without an ONNX
+  ``symbolic`` (Reformer's reversible layers, custom kernels with a Python
+  reference forward) is traced through its ``forward`` as plain code during
+  the export. torch's own inlining of such Functions crashes on some
+  (``_Map_base::at``); under no_grad in eval the backward never runs, so the
+  ops ``forward`` records are the whole model. A Function with a ``symbolic``
+  keeps it.
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigEr
 MHA_FASTPATH_OFF = "mha-fastpath-off"
 EMBEDDING_BAG_DENSE = "embedding-bag-dense"
 MODEL_ONNX_EXPORT_PATH = "model-onnx-export-path"
+AUTOGRAD_FUNCTION_INLINED = "autograd-function-inlined"
 # The config attribute transformers' models read to take their ONNX-export code path.
 ONNX_EXPORT_SWITCH = "onnx_export"
 
@@ -225,3 +233,51 @@ def model_export_paths(module: nn.Module) -> Iterator[List[str]]:
 
 
 _ABSENT = object()
+
+
+class _ExportContext:
+    """What a Function's forward may call on ``ctx``; nothing is kept for a backward."""
+
+    needs_input_grad: tuple = ()
+    saved_tensors: tuple = ()
+
+    def save_for_backward(self, *tensors) -> None:
+        self.saved_tensors = tensors
+
+    def mark_dirty(self, *tensors) -> None:
+        pass
+
+    def mark_non_differentiable(self, *tensors) -> None:
+        pass
+
+    def set_materialize_grads(self, value: bool) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def autograd_functions_inlined() -> Iterator[List[str]]:
+    """Calls each symbolic-less ``autograd.Function`` as its ``forward`` for the block.
+
+    Yields the list the block fills with the Function classes it inlined
+    (process-wide while it runs: one export at a time).
+    """
+    function = torch.autograd.Function
+    original = function.__dict__["apply"]
+    base_setup = torch.autograd.function._SingleLevelFunction.setup_context
+    inlined: List[str] = []
+
+    def apply(cls, *args, **kwargs):
+        if getattr(cls, "symbolic", None) is not None or torch.is_grad_enabled():
+            return original.__func__(cls, *args, **kwargs)
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        if name not in inlined:
+            inlined.append(name)
+        if getattr(cls, "setup_context", base_setup) is not base_setup:
+            return cls.forward(*args, **kwargs)  # the ctx-free forward + setup_context style
+        return cls.forward(_ExportContext(), *args, **kwargs)
+
+    function.apply = classmethod(apply)
+    try:
+        yield inlined
+    finally:
+        function.apply = original

@@ -38,14 +38,17 @@ def _output_order(keys: Sequence[str], output_names: Sequence[str]) -> List[str]
 
 def wrap_saved_model(converted, out_dir: str, inputs: Sequence[TensorSpec],
                      output_names: Sequence[str], schema=None,
-                     unused: Sequence[str] = ()) -> None:
+                     unused: Sequence[str] = (), row_wise: bool = False) -> None:
     """Saves the declared ``serving_default`` and the tf.Example signature.
 
     ``converted`` is a converter's SavedModel folder, or our converter's
     in-memory result (to_tf.core.Converted: its module and concrete function),
     which saves a SavedModel write and load per import. ``unused``: declared
     inputs the model never reads (absent from the exported graph): the
-    signatures take them, as clients send them, and ignore them.
+    signatures take them, as clients send them, and ignore them. ``row_wise``:
+    ``converted`` is right for one row at a time (exported at batch 1 because
+    the model's code loops over or sizes by the batch); the signatures run it
+    on each row (tf.map_fn) and stack the results.
     """
     import tensorflow as tf
 
@@ -85,11 +88,25 @@ def wrap_saved_model(converted, out_dir: str, inputs: Sequence[TensorSpec],
 
     # autograph=False: plain TF ops, no tensor-dependent Python control flow; autograph's
     # source transform would only add a second or so per import.
+    read = [s for s in inputs if s.name in by_name]
+    out_types = [fn.structured_outputs[key].dtype for key in order]
+
+    def rows(feed):
+        """``call`` on each row of ``feed`` as a batch of one, stacked back."""
+        def one(row):
+            out = call({k: tf.expand_dims(v, 0) for k, v in zip(feed, row, strict=True)})
+            return [out[key][0] for key in order]
+
+        stacked = tf.map_fn(one, tuple(feed.values()), fn_output_signature=[
+            tf.TensorSpec(None, t) for t in out_types])
+        return dict(zip(order, stacked, strict=True))
+
     @tf.function(input_signature=specs, autograph=False)
     def serve(*args):
-        feed = {by_name[s.name]: tf.cast(a, converted_inputs[by_name[s.name]].dtype)
-                for s, a in zip(inputs, args, strict=True) if s.name in by_name}
-        out = call(feed)
+        given = dict(zip([s.name for s in inputs], args, strict=True))
+        feed = {by_name[s.name]: tf.cast(given[s.name], converted_inputs[by_name[s.name]].dtype)
+                for s in read}
+        out = rows(feed) if row_wise else call(feed)
         return {name: tf.identity(out[key], name=name)
                 for name, key in zip(output_names, order, strict=True)}
 

@@ -377,6 +377,7 @@ class GraphRun:
         self.converter = converter
         self.parent = parent
         self.values: Dict[str, Any] = {}
+        self.producers: Dict[str, Any] = {}  # value name -> the NodeProto that made it
         # A subgraph's own value_info: its names may shadow the enclosing graph's.
         self.value_info: Dict[str, Any] = {}
 
@@ -412,8 +413,21 @@ class GraphRun:
         for node in graph.node:
             self.run_node(node)
 
+    def producer(self, name: str):
+        """The NodeProto that made value ``name`` (enclosing graphs included), or None."""
+        run = self
+        while run is not None:
+            if name in run.producers:
+                return run.producers[name]
+            if name in run.values:
+                return None
+            run = run.parent
+        return None
+
     def run_node(self, proto) -> None:
         tf = _tf()
+        for name in proto.output:
+            self.producers[name] = proto
         definition = REGISTRY.get(proto.op_type)
         if definition is None or proto.domain not in ONNX_DOMAINS:
             raise Unsupported("no converter for this op", "")

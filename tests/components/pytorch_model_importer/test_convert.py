@@ -253,3 +253,31 @@ def test_verify_nchw_only_graph_fails_in_serving_process(tmp_path):
     for _ in range(2):  # the second run reuses the warm worker
         served = verify.serve_fresh(folder, feeds, specs, ["y"], via_batch=None)
         assert isinstance(served["1"], str) and "NHWC" in served["1"], served["1"]
+
+
+@pytest.mark.parametrize("mix_rows", [False, True])
+def test_import_batch_frozen_model_served_row_wise_only_when_rows_verify(tmp_path, mix_rows,
+                                                                         zoo_imports):
+    """A graph right at the export batch only is re-exported for one row and served
+    row by row; rows that read each other fail that check and nothing is blessed."""
+    from zoo import BatchLoop  # importable: the zoo_imports fixture put zoo on sys.path
+
+    torch.manual_seed(0)
+    path = tmp_path / "loop.pt"
+    torch.save(BatchLoop(mix_rows).state_dict(), path)
+    source = convert.ModelSource("state_dict", str(path), "zoo:BatchLoop",
+                                 {"mix_rows": mix_rows})
+    result = convert.import_model(source, signature.parse_input_specs(["x:float32:-1,4"]),
+                                  ["y"], str(tmp_path / "model"))
+    kinds = [r["kind"] for r in result.report["rewrites"]]
+    assert result.blessed == (not mix_rows)
+    assert (convert.ROW_WISE_SERVING in kinds) == (not mix_rows)
+    if not mix_rows:
+        assert result.report["row_wise_retry_after_s"] > 0
+        serve = tf.saved_model.load(result.serving_dir).signatures["serving_default"]
+        x = np.random.default_rng(3).standard_normal((5, 4)).astype(np.float32)
+        module = BatchLoop()
+        module.load_state_dict(torch.load(path))
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(serve(x=tf.constant(x))["y"].numpy(), want, atol=1e-5)

@@ -102,3 +102,100 @@ def test_adaptive_avg_pool_dynamic_spatial_size_refused_naming_fix(tmp_path):
     with pytest.raises(torch.onnx.errors.SymbolicValueError, match="fixed input size"):
         _export(model, (torch.randn(2, 3, 7, 7),), tmp_path / "p.onnx", ["x"],
                 dynamic={"x": {0: "batch", 2: "h", 3: "w"}})
+
+
+class _Lambda(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+@pytest.mark.parametrize("fn,applied", [
+    # Cohere's rotary embedding: torch's symbolic exports an Expand onnxruntime refuses.
+    (lambda x: torch.repeat_interleave(x @ x.transpose(1, 2), 2, dim=-1), True),
+    (lambda x: x.repeat_interleave(3, dim=1) * 2.0, True),
+    (lambda x: torch.repeat_interleave(x, 2), True),  # no dim: flattened
+])
+def test_export_repeat_interleave_single_count_matches_torch(tmp_path, fn, applied):
+    model = _Lambda(fn).eval()
+    path = tmp_path / "r.onnx"
+    _export(model, (torch.randn(2, 3, 4),), path, ["x"])
+    _compare(model, path, lambda b: (torch.randn(b, 3, 4),), ["x"])
+    assert (export_fixes.REPEAT_INTERLEAVE_EXPAND in
+            [r.kind for r in export_fixes.applied()]) == applied
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: (1 - (x > 0).long()).all(dim=-1, keepdim=True),  # MEGA's padding mask
+    lambda x: (x > 0).long().sub(x.gt(1).long()).any(dim=1),  # -1 and 1 must not cancel
+    lambda x: torch.stack([torch.round(x).long().all(), torch.round(x).long().any()]),
+])
+def test_export_any_all_non_bool_input_reads_nonzero_as_true(tmp_path, fn):
+    model = _Lambda(fn).eval()
+    path = tmp_path / "a.onnx"
+    _export(model, (torch.randn(2, 3, 4),), path, ["x"])
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for batch in (1, 7):
+        x = rng.choice([-1.0, 0.0, 0.6, 2.0], size=(batch, 3, 4)).astype(np.float32)
+        got = session.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, fn(torch.from_numpy(x)).numpy())
+    assert export_fixes.TRUTH_REDUCTION_BOOL in [r.kind for r in export_fixes.applied()]
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [False, True])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_export_scatter_reduce_every_form_matches_torch(tmp_path, reduce, include_self, dim):
+    """TAPAS's segment minima and means (include_self=False), GNN-style pooling."""
+    from tfx_bridge.components.pytorch_model_importer import export_scatter
+
+    def fn(x):
+        # Rows of 4 scattered into 5 segments (segment 4 gets nothing: self stays).
+        index = (x.abs() * 10).long() % 4
+        base = torch.full((x.shape[0], 5) if dim == 1 else (5, 4), 0.5)
+        return base.scatter_reduce(dim, index if dim == 1 else index[:5].T[:4].T,
+                                   x if dim == 1 else x[:5], reduce,
+                                   include_self=include_self)
+
+    model = _Lambda(fn).eval()
+    path = tmp_path / "s.onnx"
+    _export(model, (torch.randn(6, 4),), path, ["x"])
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for batch in (5, 7):
+        x = torch.randn(batch, 4)
+        np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], fn(x).numpy(),
+                                   rtol=1e-5, atol=1e-6)
+    dense = export_scatter.SCATTER_REDUCE_DENSE in [r.kind for r in export_fixes.applied()]
+    assert dense == (not include_self or reduce in ("mean", "amax", "amin"))
+
+
+@pytest.mark.parametrize("fn", [
+    # CPM-Ant's attention mask: int64 ids | (bool & bool), then & bool.
+    lambda a, b: (a[:, None, :] | (a[:, :, None].logical_not() & (b[:, None, :] > 0)))
+    & (b[:, None, :] == b[:, :, None]),
+    lambda a, b: (a ^ (b * 7919)) & 1023,  # feature hashing on ids, negatives included
+    lambda a, b: a.int() | b.int(),
+    lambda a, b: ~a + (~(b > 0)).long(),
+])
+def test_export_bitwise_on_integers_exact(tmp_path, fn):
+    from tfx_bridge.components.pytorch_model_importer import export_integer
+
+    model = nn.Module()
+    model.forward = fn
+    path = tmp_path / "b.onnx"
+    rng = np.random.default_rng(1)
+
+    def ids(batch):
+        return tuple(torch.from_numpy(rng.integers(-300, 300, size=(batch, 6))) for _ in "ab")
+
+    _export(model, ids(3), path, ["a", "b"])
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for batch in (1, 7):
+        a, b = ids(batch)
+        got = session.run(None, {"a": a.numpy(), "b": b.numpy()})[0]
+        np.testing.assert_array_equal(got, fn(a, b).numpy())
+    assert export_integer.BITWISE_ARITHMETIC in [r.kind for r in export_fixes.applied()]

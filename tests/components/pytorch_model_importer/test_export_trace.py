@@ -93,6 +93,15 @@ class FrozenBatch(nn.Module):
         return self.proj(x).reshape(n, 2, 2).sum(-1)
 
 
+class FrozenBatchMixingRows(FrozenBatch):
+    """As FrozenBatch, but the frozen reshape also moves values between rows, so the
+    graph exported for one row is not the model either."""
+
+    def forward(self, x):
+        n = int(x.shape[0])
+        return self.proj(x).reshape(2, n, 2).transpose(0, 1).reshape(n, 4).sum(-1)
+
+
 def _import(tmp_path, cls, specs):
     """The importer on a state_dict of ``cls`` (a class of this module)."""
     from tfx_bridge.components.pytorch_model_importer import convert
@@ -104,11 +113,19 @@ def _import(tmp_path, cls, specs):
                                 str(tmp_path / "out"))
 
 
+def test_import_export_froze_the_batch_rows_independent_served_row_wise(tmp_path):
+    result = _import(tmp_path, FrozenBatch, ["x:float32:-1,4:-1..1"])
+    assert result.blessed, result.report["checks"]
+    assert "row-wise-serving" in [r["kind"] for r in result.report["rewrites"]]
+
+
 def test_import_export_froze_the_batch_names_onnxruntime_node_and_module(tmp_path):
     """The SavedModel follows the exported ONNX, which is only right at the export's
-    batch: not equivalent, and the report says the export (node, module) is at fault."""
-    result = _import(tmp_path, FrozenBatch, ["x:float32:-1,4:-1..1"])
+    batch, and rows mix, so the row-wise retry fails too: not equivalent, and the
+    report says the export (node, module) is at fault."""
+    result = _import(tmp_path, FrozenBatchMixingRows, ["x:float32:-1,4:-1..1"])
     assert not result.blessed
+    assert "row-wise-serving" not in [r["kind"] for r in result.report["rewrites"]]
     found = result.report["export_check"]
     assert {f["batch"] for f in found} == {1, 7}  # right at the export's batch, 32
     assert all(f["op"] == "Reshape" and "from module 'proj'" not in f["where"]
@@ -116,7 +133,7 @@ def test_import_export_froze_the_batch_names_onnxruntime_node_and_module(tmp_pat
     cause = report.likely_cause(result.report)
     assert cause.startswith("the exported ONNX graph is not the torch model: at batch 1 "
                             "onnxruntime fails at ONNX op Reshape (node /")
-    assert "FrozenBatch" in cause and __file__ in cause  # the module and the traced line
+    assert "FrozenBatchMixingRows" in cause and __file__ in cause  # module, traced line
 
 
 class OwnExportPath(nn.Module):

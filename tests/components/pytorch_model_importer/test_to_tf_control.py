@@ -131,6 +131,33 @@ def test_if_runtime_condition_both_branches_match_onnxruntime(sign):
     _assert_same(want, got)
 
 
+def test_if_condition_fixed_by_static_shapes_takes_buildable_branch():
+    """torch's squeeze(dim) of a size it did not know: If(Shape(x)[1] == 1, Squeeze, x).
+
+    x's dimension 1 is 8 once converted, so the Squeeze branch cannot be built
+    (onnxruntime refuses to load the graph at all): the condition is read from
+    the static shape and only the Identity branch is converted.
+    """
+    then_b = helper.make_graph([helper.make_node("Squeeze", ["x", "axis"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", F, None)],
+                               [helper.make_tensor("axis", I64, [1], [1])])
+    else_b = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", F, None)])
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["shape"]),
+         helper.make_node("Gather", ["shape", "index"], ["size"], axis=0),
+         helper.make_node("Equal", ["size", "one"], ["c"]),
+         helper.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)], "g",
+        [helper.make_tensor_value_info("x", F, [None, 8])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [helper.make_tensor("index", I64, [1], [1]), helper.make_tensor("one", I64, [1], [1])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    converted = core.convert(model)
+    x = np.arange(24, dtype=np.float32).reshape(3, 8)
+    np.testing.assert_array_equal(converted.serve(tf.constant(x))[converted.output_names[0]], x)
+
+
 def test_if_branch_dtypes_differ_refused_by_name():
     then_b = helper.make_graph([helper.make_node("Constant", [], ["t"], value=helper.make_tensor(
         "v", F, [1], [1.0]))], "then", [], [helper.make_tensor_value_info("t", F, [1])])

@@ -181,6 +181,21 @@ class BertClassifier(nn.Module):
 # ----------------------------------------------------------------- builders
 
 
+class BatchLoop(nn.Module):
+    """Loops over the batch in Python (GPTSAN's per-row position embeddings): the
+    trace unrolls the loop for the export sample's batch."""
+
+    def __init__(self, mix_rows: bool = False):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.mix_rows = mix_rows  # each row reads the next one too: rows not independent
+
+    def forward(self, x):
+        n = x.shape[0]
+        rows = [self.lin(x[i] + (x[(i + 1) % n] if self.mix_rows else 0.0)) for i in range(n)]
+        return torch.stack(rows)
+
+
 def _resnet():
     from torchvision.models.resnet import BasicBlock, ResNet
 

@@ -119,10 +119,72 @@ def _scalar(node, value, dtype, what: str):
 # --------------------------------------------------------------------------- If
 
 
+_STATIC_DEPTH = 24  # producers walked back from an If condition
+
+
+def _static(run, name: str, depth: int = 0):
+    """What the static shapes alone say value ``name`` is: a numpy array, a list of
+    dims with None where unknown (a Shape's result), or None when they do not say.
+
+    torch exports ``squeeze(dim)`` of a size it did not know as
+    ``If(Shape(x)[dim] == 1, Squeeze, Identity)``; once converted, x's size is
+    often static (Mamba2's heads: 8), and the branch it rules out would not
+    build (Squeeze of a dimension 8). The condition is then evaluated here.
+    """
+    if depth > _STATIC_DEPTH:
+        return None
+    try:
+        value = run.lookup(name)
+    except KeyError:
+        return None
+    if is_const(value):
+        return np.asarray(value)
+    proto = run.producer(name)
+    if proto is None:
+        return None
+    attrs = {a.name: a for a in proto.attribute}
+    if proto.op_type == "Shape":
+        dims = getattr(run.lookup(proto.input[0]), "shape", None)
+        if dims is None or getattr(dims, "rank", None) is None:
+            return None
+        dims = list(dims.as_list()) if hasattr(dims, "as_list") else list(dims)
+        start = attrs["start"].i if "start" in attrs else 0
+        end = attrs["end"].i if "end" in attrs else len(dims)
+        return dims[start:end]
+    args = [_static(run, i, depth + 1) if i else None for i in proto.input]
+    if proto.op_type == "Gather" and isinstance(args[0], list) and \
+            isinstance(args[1], np.ndarray) and (attrs["axis"].i == 0 if "axis" in attrs
+                                                 else True):
+        picked = np.asarray(args[0], dtype=object)[args[1].astype(np.int64)]
+        if any(d is None for d in np.ravel(picked)):
+            return None
+        return picked.astype(np.int64)
+    if any(not isinstance(a, np.ndarray) for a in args):
+        return None
+    numeric = {"Equal": np.equal, "Greater": np.greater, "Less": np.less,
+               "GreaterOrEqual": np.greater_equal, "LessOrEqual": np.less_equal,
+               "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
+    if proto.op_type in numeric and len(args) == 2:
+        return numeric[proto.op_type](args[0], args[1])
+    if proto.op_type == "Not":
+        return np.logical_not(args[0])
+    # Reshaping ops keep a one-element value's value (an If reads one element).
+    if proto.op_type in ("Identity", "Squeeze", "Unsqueeze", "Reshape") and args[0].size == 1:
+        return args[0]
+    if proto.op_type == "Cast" and "to" in attrs:
+        from onnx import helper
+
+        return args[0].astype(helper.tensor_dtype_to_np_dtype(attrs["to"].i))
+    return None
+
+
 @op("If", attrs={"then_branch": REQUIRED, "else_branch": REQUIRED})
 def if_(node):
     tf = _tf()
     cond = node.maybe_const(0)
+    if cond is None:
+        static = _static(node.graph, node.proto.input[0])
+        cond = static if isinstance(static, np.ndarray) and static.dtype == bool else None
     if cond is not None:
         if cond.size != 1:
             node.refuse(f"the condition has {cond.size} elements, ONNX needs one")

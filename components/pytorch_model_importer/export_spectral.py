@@ -1,0 +1,219 @@
+"""``torch.fft`` and complex arithmetic for torch.onnx.export.
+
+torch 2.5's TorchScript exporter has no symbolic for any ``aten::fft_*`` op
+and ONNX has no complex tensors, so a model using ``torch.fft`` (FNet's token
+mixing, MEGA's EMA convolution, spectral filters, FFT convolutions) is
+refused. For the duration of an export, :func:`symbolics` gives them one:
+
+- a complex tensor is carried as a real one with a trailing axis of 2
+  (real, imaginary): the layout ``torch.view_as_real`` uses;
+- each transform along one axis is a MatMul with cosine and sine matrices
+  built in the graph from the axis length, so dynamic lengths export too.
+  The angles are exact: ``(k * t) mod n`` is computed in int64 before the one
+  float multiply by ``2 * pi / n``. ``n`` pads or truncates as in torch
+  (rows past ``n`` are zero; missing rows are the zero padding);
+- complex arithmetic on the pairs is export_complex.py's.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch.onnx import symbolic_helper as sym
+
+from tfx_bridge.components.pytorch_model_importer import export_complex as cx
+from tfx_bridge.components.pytorch_model_importer.export_complex import (
+    cast_like,
+    const_int,
+    i64,
+    is_complex,
+    join,
+    note_dtype,
+    parts,
+    real_axis,
+    real_rank,
+    refuse,
+    scalar_i64,
+)
+
+FFT_MATMUL = "fft-dft-matmul"  # the report's rewrite kind
+
+_USED: List[str] = []  # fft ops exported in the current block
+
+
+def _length(g, x, axis: int):
+    return g.op("Gather", g.op("Shape", x), i64(g, axis), axis_i=0)
+
+
+def _along(g, t, axis: int, rank: int, matrix):
+    """Contracts axis ``axis`` of the real tensor ``t`` with ``matrix`` [L, M]."""
+    if axis == rank - 1:
+        return g.op("MatMul", t, matrix)
+    perm = list(range(rank))
+    perm[axis], perm[rank - 1] = rank - 1, axis
+    moved = g.op("MatMul", g.op("Transpose", t, perm_i=perm), matrix)
+    return g.op("Transpose", moved, perm_i=perm)
+
+
+def _trig(g, rows, cols, n, like):
+    """cos and sin of 2*pi*(r*c mod n)/n for r < rows, c < cols ([rows, cols] each)."""
+    r = g.op("Range", i64(g, 0), rows, i64(g, 1))
+    c = g.op("Range", i64(g, 0), cols, i64(g, 1))
+    prod = g.op("Mod", g.op("Mul", sym._unsqueeze_helper(g, r, [1]),
+                            sym._unsqueeze_helper(g, c, [0])), n)
+    step = g.op("Div", g.op("Constant", value_t=torch.tensor(2.0 * math.pi)),
+                g.op("Cast", n, to_i=1))
+    # float32 trig, then the input's type: onnxruntime has no float64 Cos/Sin kernels.
+    angle = g.op("Mul", g.op("Cast", prod, to_i=1), step)
+    return cast_like(g, g.op("Cos", angle), like), cast_like(g, g.op("Sin", angle), like), r, c
+
+
+def _scale(g, n, norm: Optional[str], inverse: bool, like):
+    """The normalisation factor for one axis of length n, or None for 1."""
+    norm = norm or "backward"
+    if norm not in ("backward", "forward", "ortho"):
+        refuse(f"fft norm {norm!r} (torch accepts backward, forward, ortho)", like)
+    if norm == "ortho":
+        factor = g.op("Div", g.op("Constant", value_t=torch.tensor(1.0)),
+                      g.op("Sqrt", g.op("Cast", n, to_i=1)))
+    elif (norm == "backward") == inverse:
+        factor = g.op("Div", g.op("Constant", value_t=torch.tensor(1.0)), g.op("Cast", n, to_i=1))
+    else:
+        return None
+    return cast_like(g, factor, like)
+
+
+def _scaled(g, value, factor):
+    return value if factor is None else g.op("Mul", value, factor)
+
+
+def _c2c(g, x, axis: int, n, norm, inverse: bool, onesided: bool = False):
+    """A complex (or real) transform along ``axis``; ``onesided`` keeps n//2+1 bins."""
+    rank = real_rank(x)
+    note_dtype(x)
+    re, im = parts(g, x)
+    length = _length(g, re, axis)
+    n = length if n is None else n
+    bins = g.op("Add", g.op("Div", n, i64(g, 2)), i64(g, 1)) if onesided else n
+    cos, sin, rows, _ = _trig(g, length, bins, n, re)
+    # Input rows past n are truncated away: zero rows in both matrices.
+    kept = sym._unsqueeze_helper(g, g.op("Less", rows, n), [1])
+    keep = cast_like(g, g.op("Cast", kept, to_i=1), re)
+    factor = _scale(g, n, norm, inverse, re)
+    cos = _scaled(g, g.op("Mul", cos, keep), factor)
+    sin = _scaled(g, g.op("Mul", sin, keep), factor)
+    rc, rs = _along(g, re, axis, rank, cos), _along(g, re, axis, rank, sin)
+    if im is None:
+        return join(g, rc, rs if inverse else g.op("Neg", rs))
+    ic, is_ = _along(g, im, axis, rank, cos), _along(g, im, axis, rank, sin)
+    if inverse:  # (re + i im)(cos + i sin)
+        return join(g, g.op("Sub", rc, is_), g.op("Add", ic, rs))
+    return join(g, g.op("Add", rc, is_), g.op("Sub", ic, rs))  # (re + i im)(cos - i sin)
+
+
+def _c2r(g, x, axis: int, n, norm):
+    """irfft along ``axis``: n real outputs from the one-sided bins (Hermitian input)."""
+    rank = real_rank(x)
+    re, im = parts(g, x)
+    bins = _length(g, re, axis)
+    if n is None:
+        n = g.op("Mul", g.op("Sub", bins, i64(g, 1)), i64(g, 2))
+    cos, sin, k, _ = _trig(g, bins, n, n, re)
+    # Bin k counts twice (itself and its mirror n-k) except 0 and n/2; bins past n//2 unused.
+    half = g.op("Div", n, i64(g, 2))
+    twice = g.op("And", g.op("Greater", k, i64(g, 0)),
+                 g.op("Less", g.op("Mul", k, i64(g, 2)), n))
+    once = g.op("Or", g.op("Equal", k, i64(g, 0)),
+                g.op("Equal", g.op("Mul", k, i64(g, 2)), n))
+    weight = g.op("Add", g.op("Mul", g.op("Cast", twice, to_i=1),
+                              g.op("Constant", value_t=torch.tensor(2.0))),
+                  g.op("Cast", g.op("And", once, g.op("LessOrEqual", k, half)), to_i=1))
+    weight = cast_like(g, sym._unsqueeze_helper(g, weight, [1]), re)
+    factor = _scale(g, n, norm, True, re)
+    out = _along(g, re, axis, rank, _scaled(g, g.op("Mul", cos, weight), factor))
+    if im is not None:
+        sin = _scaled(g, g.op("Neg", g.op("Mul", sin, weight)), factor)
+        out = g.op("Add", out, _along(g, im, axis, rank, sin))
+    return out
+
+
+def _size(g, value):
+    return None if value is None or sym._is_none(value) else scalar_i64(g, value)
+
+
+def _fft1(kind: str):
+    def symbolic(g, self, n, dim, norm):
+        _USED.append(f"fft_{kind}")
+        axis = real_axis(self, const_int(dim, "fft dim"))
+        norm = sym._maybe_get_const(norm, "s") if not sym._is_none(norm) else None
+        n = _size(g, n)
+        if kind == "irfft":
+            return _c2r(g, self, axis, n, norm)
+        if kind == "rfft" and is_complex(self):
+            refuse("rfft of a complex tensor (torch refuses it too)", self)
+        return _c2c(g, self, axis, n, norm, inverse=(kind == "ifft"), onesided=(kind == "rfft"))
+    return symbolic
+
+
+def _dims_and_sizes(g, self, s, dim) -> Tuple[List[int], List[Optional[object]]]:
+    rank = real_rank(self)
+    sizes = None if s is None or sym._is_none(s) else sym._maybe_get_const(s, "is")
+    if sizes is not None and not isinstance(sizes, (list, tuple)):
+        refuse("fftn sizes s must be constant to export", self)
+    dims = None if dim is None or sym._is_none(dim) else sym._maybe_get_const(dim, "is")
+    if dims is not None and not isinstance(dims, (list, tuple)):
+        refuse("fftn dim must be constant to export", self)
+    if dims is None:
+        dims = list(range(rank))[-len(sizes):] if sizes else list(range(rank))
+    axes = [real_axis(self, d) for d in dims]
+    if sizes is not None and len(sizes) != len(axes):
+        refuse(f"fftn s has {len(sizes)} sizes for {len(axes)} dims", self)
+    return axes, [None if sizes is None or sizes[i] == -1 else i64(g, sizes[i])
+                  for i in range(len(axes))]
+
+
+def _fftn(kind: str, default_dim: Optional[Sequence[int]] = None):
+    def symbolic(g, self, s, dim, norm):
+        _USED.append(f"fft_{kind}")
+        if default_dim is not None and (dim is None or sym._is_none(dim)):
+            dim = i64(g, list(default_dim))
+        norm = sym._maybe_get_const(norm, "s") if not sym._is_none(norm) else None
+        axes, sizes = _dims_and_sizes(g, self, s, dim)
+        x = self
+        if kind == "irfftn":
+            for axis, n in zip(axes[:-1], sizes[:-1], strict=True):
+                x = _c2c(g, x, axis, n, norm, inverse=True)
+            return _c2r(g, x, axes[-1], sizes[-1], norm)
+        if kind == "rfftn":
+            x = _c2c(g, x, axes[-1], sizes[-1], norm, inverse=False, onesided=True)
+            pairs = list(zip(axes[:-1], sizes[:-1], strict=True))
+        else:
+            pairs = list(zip(axes, sizes, strict=True))
+        for axis, n in pairs:
+            x = _c2c(g, x, axis, n, norm, inverse=(kind == "ifftn"))
+        return x
+    return symbolic
+
+
+_FFT = {
+    "aten::fft_fft": _fft1("fft"), "aten::fft_ifft": _fft1("ifft"),
+    "aten::fft_rfft": _fft1("rfft"), "aten::fft_irfft": _fft1("irfft"),
+    "aten::fft_fftn": _fftn("fftn"), "aten::fft_ifftn": _fftn("ifftn"),
+    "aten::fft_rfftn": _fftn("rfftn"), "aten::fft_irfftn": _fftn("irfftn"),
+    "aten::fft_fft2": _fftn("fftn", (-2, -1)), "aten::fft_ifft2": _fftn("ifftn", (-2, -1)),
+    "aten::fft_rfft2": _fftn("rfftn", (-2, -1)), "aten::fft_irfft2": _fftn("irfftn", (-2, -1)),
+}
+
+
+def symbolics(opsets: Sequence[int]) -> Dict[str, Tuple[Callable, List[int]]]:
+    """``{aten name: (symbolic, opsets)}`` for the transforms and the complex ops."""
+    _USED.clear()
+    found = cx.symbolics(opsets)
+    found.update({name: (fn, list(opsets)) for name, fn in _FFT.items()})
+    return found
+
+
+def used() -> List[str]:
+    """The fft ops the last export block exported, in order."""
+    return list(_USED)

@@ -1,0 +1,130 @@
+"""torch.fft and complex arithmetic exported as real pairs and DFT MatMuls
+(export_spectral.py): checked against torch through onnxruntime, one through
+the whole importer."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from torch import nn  # noqa: E402
+
+from tfx_bridge.components.pytorch_model_importer import (  # noqa: E402
+    export_fixes,
+    export_spectral,
+)
+
+
+def _module(fn) -> nn.Module:
+    module = nn.Module()
+    module.forward = fn
+    return module.eval()
+
+
+def _fft_conv(x):
+    """MEGA's EMA convolution: rfft both, multiply, irfft, crop."""
+    kernel = x.flip(-1) * 0.5
+    n = 2 * x.shape[-1]
+    return torch.fft.irfft(torch.fft.rfft(x, n=n) * torch.fft.rfft(kernel, n=n), n=n)[..., :8]
+
+
+CASES = {
+    "fftn_real": lambda x: torch.fft.fftn(x, dim=(1, 2)).real,  # FNet's token mixing
+    "fft_abs": lambda x: torch.fft.fft(x).abs(),
+    "fft_pad_imag": lambda x: torch.fft.fft(x, n=11, dim=1).imag,
+    "fft_truncate": lambda x: torch.view_as_real(torch.fft.fft(x, n=5)),
+    "rfft_conv": _fft_conv,
+    "ifft_ortho_affine": lambda x: torch.view_as_real(
+        torch.fft.ifft(torch.fft.fft(x, norm="ortho") * 2 + 1, norm="ortho")),
+    "rfft2": lambda x: torch.view_as_real(torch.fft.rfft2(x)),
+    "irfftn": lambda x: torch.fft.irfftn(torch.fft.rfftn(x), s=(6, 8)),
+    "irfft_odd": lambda x: torch.fft.irfft(torch.fft.rfft(x[..., :7]), n=7),
+    "complex_div_sub_conj": lambda x: torch.view_as_real(
+        (torch.fft.fft(x) - torch.fft.fft(x * 2) / (torch.fft.fft(x) + 3)).conj()
+        .resolve_conj()),
+    "rsub_real_mul": lambda x: torch.view_as_real(2.0 - torch.fft.fft(x) * x),
+    "forward_norm_transpose": lambda x: torch.view_as_real(
+        torch.fft.fft(x, norm="forward").transpose(1, 2)),
+    "polar_select_slice": lambda x: torch.view_as_real(
+        torch.polar(x.abs(), x)[:, 1:4].select(1, 0).unsqueeze(0)),
+    "float64": lambda x: torch.fft.rfft(x.double()).abs().float(),
+}
+
+
+def _export(fn, path, dynamic_length=False):
+    axes = {"x": {0: "batch", 2: "length"} if dynamic_length else {0: "batch"},
+            "y": {0: "batch"}}
+    with export_fixes.onnx_symbolics(), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_module(fn), (torch.randn(3, 6, 8),), str(path),
+                          input_names=["x"], output_names=["y"], dynamic_axes=axes,
+                          opset_version=17, dynamo=False)
+    onnx.checker.check_model(onnx.load(str(path)))
+    return [r.kind for r in export_fixes.applied()]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_export_spectral_fft_and_complex_ops_match_torch(tmp_path, name):
+    fn = CASES[name]
+    path = tmp_path / "f.onnx"
+    assert export_spectral.FFT_MATMUL in _export(fn, path) or name == "polar_select_slice"
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for batch in (1, 5):
+        x = torch.randn(batch, 6, 8)
+        got = session.run(None, {"x": x.numpy()})[0]
+        want = fn(x).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-4 * max(1.0, np.abs(want).max()))
+
+
+def test_export_spectral_dynamic_length_builds_dft_from_axis_size(tmp_path):
+    fn = CASES["fftn_real"]
+    path = tmp_path / "d.onnx"
+    _export(fn, path, dynamic_length=True)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for length in (3, 8, 13):
+        x = torch.randn(2, 6, length)
+        np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], fn(x).numpy(),
+                                   atol=1e-4)
+
+
+def test_export_spectral_traced_sizes_refused_by_name(tmp_path):
+    # fftn's s computed from a dynamic axis: sizes must be constants to export.
+    with pytest.raises(torch.onnx.errors.SymbolicValueError,
+                       match="fftn sizes s must be constant"):
+        _export(lambda x: torch.fft.rfftn(x, s=(6, x.shape[-1])).abs(), tmp_path / "n.onnx",
+                dynamic_length=True)
+
+
+class _FNetMixer(nn.Module):
+    """FNet's encoder block: Fourier token mixing, then a feed-forward layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.ff = nn.Linear(16, 16)
+
+    def forward(self, x):
+        mixed = self.norm(x + torch.fft.fftn(x, dim=(1, 2)).real)
+        return self.ff(mixed)
+
+
+def test_import_fft_torchscript_converted_and_verified_onednn_off(tmp_path):
+    from tfx_bridge.components.pytorch_model_importer import convert, signature
+
+    torch.manual_seed(0)
+    path = str(tmp_path / "fnet.pt")
+    with torch.no_grad():
+        torch.jit.trace(_FNetMixer().eval(), (torch.randn(2, 8, 16),)).save(path)
+    specs = signature.parse_input_specs(["x:float32:-1,8,16"])
+    # verify() runs the SavedModel in a fresh process with TF_ENABLE_ONEDNN_OPTS=0.
+    result = convert.import_model(convert.ModelSource("torchscript", path), specs, ["y"],
+                                  str(tmp_path / "out"))
+    assert result.blessed, result.report["checks"]
+    assert export_spectral.FFT_MATMUL in [r["kind"] for r in result.report["rewrites"]]
+    assert result.report["converter"] == "tfx-bridge"
