@@ -113,12 +113,6 @@ def _import(tmp_path, cls, specs):
                                 str(tmp_path / "out"))
 
 
-def test_import_export_froze_the_batch_rows_independent_served_row_wise(tmp_path):
-    result = _import(tmp_path, FrozenBatch, ["x:float32:-1,4:-1..1"])
-    assert result.blessed, result.report["checks"]
-    assert "row-wise-serving" in [r["kind"] for r in result.report["rewrites"]]
-
-
 def test_import_export_froze_the_batch_names_onnxruntime_node_and_module(tmp_path):
     """The SavedModel follows the exported ONNX, which is only right at the export's
     batch, and rows mix, so the row-wise retry fails too: not equivalent, and the
