@@ -21,10 +21,11 @@ from typing import Callable, Dict, List, Sequence, Set, Tuple
 
 import torch
 from torch.onnx import symbolic_helper as sym
-from torch.onnx._internal import registration
+
+from tfx_bridge.components.pytorch_model_importer.export_torch import TorchSymbolics
 
 _COMPLEX: Set[str] = set()  # ids of values holding a complex tensor as (re, im) pairs
-_DEFAULTS: Dict[Tuple[str, int], Callable] = {}  # torch's own symbolic, by (op, opset)
+_TORCH = TorchSymbolics()  # torch's own symbolic for each wrapped op
 _PAIR_DTYPE = [torch.float32]  # a model mixes complex64 and complex128 rarely: one per export
 
 
@@ -60,10 +61,7 @@ def note_dtype(x) -> None:
 def default(name: str):
     """torch's own symbolic for ``name`` at the export's opset (real tensors)."""
     def call(g, *args):
-        fn = _DEFAULTS.get((name, sym.GLOBALS.export_onnx_opset_version))
-        if fn is None:
-            return sym._onnx_unsupported(name, args[0] if args else None)
-        return fn(g, *args)
+        return _TORCH.call(name, g, *args)
     return call
 
 
@@ -285,15 +283,9 @@ def symbolics(opsets: Sequence[int]) -> Dict[str, Tuple[Callable, List[int]]]:
     up now, while it is still the one registered.
     """
     _COMPLEX.clear()
-    _DEFAULTS.clear()
     _PAIR_DTYPE[0] = torch.float32
+    _TORCH.capture(_WRAPPED, opsets)
     found: Dict[str, Tuple[Callable, List[int]]] = {
         name: (fn, list(opsets)) for name, fn in _COMPLEX_OPS.items()}
-    for name, fn in _WRAPPED.items():
-        group = registration.registry.get_function_group(name)
-        for opset in opsets:
-            default_fn = group.get(opset) if group is not None else None
-            if default_fn is not None:
-                _DEFAULTS[(name, opset)] = default_fn
-        found[name] = (fn, list(opsets))
+    found.update({name: (fn, list(opsets)) for name, fn in _WRAPPED.items()})
     return found

@@ -33,13 +33,13 @@ from typing import Iterator, List, Sequence
 import torch
 from torch.onnx import symbolic_helper as sym
 from torch.onnx import symbolic_opset9 as opset9
-from torch.onnx._internal import registration
 
 from tfx_bridge.components.pytorch_model_importer import (
     export_integer,
     export_scatter,
     export_spectral,
 )
+from tfx_bridge.components.pytorch_model_importer.export_torch import TorchSymbolics
 from tfx_bridge.components.pytorch_model_importer.fused import OPSETS, registered
 
 
@@ -110,16 +110,15 @@ def _repeat_interleave(g, self, repeats, dim=None, output_size=None):
     """
     count = _single_repeat(repeats)
     rank = sym._get_tensor_rank(self)
-    torch_symbolic = _TORCH_REPEAT[sym.GLOBALS.export_onnx_opset_version]
     if count is None or rank is None:
-        return torch_symbolic(g, self, repeats, dim, output_size)
+        return _TORCH_REPEAT.call(REPEAT_INTERLEAVE, g, self, repeats, dim, output_size)
     if dim is None or sym._is_none(dim):
         self = g.op("Reshape", self, g.op("Constant", value_t=torch.tensor([-1])))
         rank, axis = 1, 0
     else:
         axis = sym._maybe_get_const(dim, "i")
         if not isinstance(axis, int):
-            return torch_symbolic(g, self, repeats, dim, output_size)
+            return _TORCH_REPEAT.call(REPEAT_INTERLEAVE, g, self, repeats, dim, output_size)
         axis %= rank
 
     def const(values):
@@ -138,7 +137,7 @@ def _repeat_interleave(g, self, repeats, dim=None, output_size=None):
 
 
 _REPEATS: List[int] = []  # repeat_interleave counts exported in the current block
-_TORCH_REPEAT: dict = {}  # torch's own repeat_interleave symbolic, by opset
+_TORCH_REPEAT = TorchSymbolics()  # torch's own repeat_interleave, for tensor counts
 REPEAT_INTERLEAVE = "aten::repeat_interleave"
 REPEAT_INTERLEAVE_EXPAND = "repeat-interleave-expand"
 
@@ -231,9 +230,7 @@ def onnx_symbolics(opsets: Sequence[int] = OPSETS) -> Iterator[None]:
     _ADAPTIVE_POOLS.clear()
     _TRUTH_CASTS.clear()
     _REPEATS.clear()
-    group = registration.registry.get_function_group(REPEAT_INTERLEAVE)
-    _TORCH_REPEAT.clear()
-    _TORCH_REPEAT.update({o: group.get(o) for o in opsets})  # before ours is registered
+    _TORCH_REPEAT.capture([REPEAT_INTERLEAVE], opsets)  # before ours is registered
     symbolics = export_spectral.symbolics(opsets)
     symbolics.update({name: (fn, opsets) for name, fn in _ADAPTIVE.items()})
     symbolics.update({name: (fn, opsets) for name, fn in _TRUTH.items()})

@@ -20,10 +20,12 @@ Bool with bool keeps torch's And/Or/Xor/Not.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List
+from typing import Dict, List
 
 import torch
 from torch.onnx import symbolic_helper as sym
+
+from tfx_bridge.components.pytorch_model_importer.export_torch import TorchSymbolics
 
 BITWISE_ARITHMETIC = "bitwise-integer-arithmetic"  # the report's rewrite kind
 _OPS = {"aten::__and_": "and", "aten::bitwise_and": "and", "aten::__or_": "or",
@@ -32,7 +34,7 @@ _NOT = ("aten::bitwise_not",)
 _INTS = {torch.uint8: 8, torch.int8: 8, torch.int16: 16, torch.int32: 32, torch.int64: 64}
 
 _USED: List[str] = []
-_TORCH: Dict[tuple, Callable] = {}  # torch's own symbolic, by (op, opset)
+_TORCH = TorchSymbolics()  # torch's own symbolic for the bool cases
 
 
 def _dtype(value):
@@ -98,17 +100,17 @@ def _binary(name: str):
     def symbolic(g, self, other):
         left, right = _dtype(self), _dtype(other)
         if sym._is_bool(self) and sym._is_bool(other) or left is None or right is None:
-            return _torch(name, g, self, other)
+            return _TORCH.call(name, g, self, other)
         if left == torch.bool or right == torch.bool:
             a, b = (other, self) if left == torch.bool else (self, other)
             dtype = right if left == torch.bool else left
             if dtype not in _INTS:
-                return _torch(name, g, self, other)
+                return _TORCH.call(name, g, self, other)
             _USED.append(f"{kind} with bool")
             return _with_bool(g, kind, a, b, dtype)
         dtype = torch.promote_types(left, right)
         if dtype not in _INTS:
-            return _torch(name, g, self, other)
+            return _TORCH.call(name, g, self, other)
         _USED.append(f"{kind} {dtype}".replace("torch.", ""))
         return _bits(g, kind, self, other, dtype)
     return symbolic
@@ -117,35 +119,21 @@ def _binary(name: str):
 def _bitwise_not(g, self):
     dtype = _dtype(self)
     if dtype not in _INTS:
-        return _torch("aten::bitwise_not", g, self)
+        return _TORCH.call("aten::bitwise_not", g, self)
     _USED.append("not")
     if dtype == torch.uint8:
         return g.op("Sub", _const(g, 255, dtype), self)
     return g.op("Sub", g.op("Neg", self), _const(g, 1, dtype))
 
 
-def _torch(name: str, g, *args):
-    fn = _TORCH.get((name, sym.GLOBALS.export_onnx_opset_version))
-    if fn is None:
-        return sym._onnx_unsupported(name, args[0])
-    return fn(g, *args)
 
 
 def symbolics(opsets) -> Dict[str, tuple]:
     """``{aten name: (symbolic, opsets)}``; torch's own looked up before registering."""
-    from torch.onnx._internal import registration
-
     _USED.clear()
-    _TORCH.clear()
-    found: Dict[str, tuple] = {}
-    for name in list(_OPS) + list(_NOT):
-        group = registration.registry.get_function_group(name)
-        for opset in opsets:
-            fn = group.get(opset) if group is not None else None
-            if fn is not None:
-                _TORCH[(name, opset)] = fn
-        found[name] = (_bitwise_not if name in _NOT else _binary(name), list(opsets))
-    return found
+    _TORCH.capture(list(_OPS) + list(_NOT), opsets)
+    return {name: (_bitwise_not if name in _NOT else _binary(name), list(opsets))
+            for name in list(_OPS) + list(_NOT)}
 
 
 def used() -> List[str]:

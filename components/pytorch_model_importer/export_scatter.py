@@ -15,17 +15,19 @@ models that scatter into a handful of segments per row keep small too.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List
+from typing import Dict, List
 
 import torch
 from torch.onnx import symbolic_helper as sym
+
+from tfx_bridge.components.pytorch_model_importer.export_torch import TorchSymbolics
 
 SCATTER_REDUCE = "aten::scatter_reduce"
 SCATTER_REDUCE_DENSE = "scatter-reduce-dense"  # the report's rewrite kind
 _REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
 _USED: List[str] = []  # "reduce include_self=..." per call in the current block
-_TORCH: Dict[int, Callable] = {}  # torch's own symbolic, by opset
+_TORCH = TorchSymbolics()  # torch's own scatter_reduce, for the forms it exports
 
 
 def _const(g, values, dtype=torch.int64):
@@ -97,24 +99,15 @@ def scatter_reduce(g, self, dim, index, src, reduce, include_self=None):
     torch_handles = (name in ("sum", "prod") and keep) or (
         name in ("amax", "amin") and keep and opset >= 18)
     if torch_handles or name not in _REDUCTIONS or not isinstance(axis, int):
-        if opset not in _TORCH:
-            return sym._onnx_unsupported("scatter_reduce below opset 16", self)
-        return _TORCH[opset](g, self, dim, index, src, reduce, include_self)
+        return _TORCH.call(SCATTER_REDUCE, g, self, dim, index, src, reduce, include_self)
     _USED.append(f"{name} include_self={keep}")
     return _dense(g, self, axis, index, src, name, keep)
 
 
 def symbolics(opsets) -> Dict[str, tuple]:
     """``{aten name: (symbolic, opsets)}``; torch's own looked up before registering."""
-    from torch.onnx._internal import registration
-
     _USED.clear()
-    _TORCH.clear()
-    group = registration.registry.get_function_group(SCATTER_REDUCE)
-    for opset in opsets:
-        found = group.get(opset) if group is not None else None
-        if found is not None:
-            _TORCH[opset] = found
+    _TORCH.capture([SCATTER_REDUCE], opsets)
     return {SCATTER_REDUCE: (scatter_reduce, list(opsets))}
 
 
