@@ -228,7 +228,8 @@ def prepare_model(name, args, tmp) -> dict:
         return row
     opt_dir = os.path.join(tmp, "optimized")
     start = time.perf_counter()
-    result = optimize.optimize(dirs["ours"], opt_dir, iterations=args.opt_iterations)
+    result = optimize.optimize(dirs["ours"], opt_dir,
+                               optimize.OptimizerConfig(iterations=args.opt_iterations))
     row["optimizer"] = {"candidate": result.report["candidate"], "backend": result.backend,
                         "blessed": result.blessed, "serving_flags": result.serving_flags,
                         "seconds": round(time.perf_counter() - start, 1),

@@ -73,9 +73,8 @@ def main() -> None:
             orig = optimize.load_servable(orig_dir)
             row = {"model": name}
             for run, candidates in (("default", None), ("opt_in", ALL_CANDIDATES)):
-                result = optimize.optimize(model_dir, f"{out}_{run}",
-                                           iterations=args.iterations, probe=probe,
-                                           candidates=candidates)
+                result = optimize.optimize(model_dir, f"{out}_{run}", optimize.OptimizerConfig(
+                    iterations=args.iterations, candidates=candidates), probe=probe)
                 # Re-time original and kept model back to back on the same inputs, each
                 # as its server would run it (the kept one under its serving flags).
                 kept = optimize.load_servable(os.path.join(f"{out}_{run}", "Format-Serving"),

@@ -37,13 +37,16 @@ def _direct_pipeline_factory(num_workers: Optional[int]) -> Callable[[], Any]:
 
 def cmd_ingest(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
+    from tfx_bridge.components.parquet_example_gen.config import ParquetConfig
 
-    columns = None if args.columns is None else [c.strip() for c in args.columns.split(",")]
+    config = ParquetConfig(  # the component's one config, checked the same way
+        columns=None if args.columns is None else [c.strip() for c in args.columns.split(",")],
+        batch_size=args.batch_size)
     progress = Progress(3, enabled=not args.quiet)
     splits = core.SplitConfig.parse(args.splits, args.pattern, args.partition_feature)
     make_pipeline = _direct_pipeline_factory(args.workers)  # sets Beam's s3 options too
-    plan = core.plan_ingest(args.input_base, splits, columns=columns,
-                            batch_size=args.batch_size)
+    plan = core.plan_ingest(args.input_base, splits, columns=config.columns,
+                            batch_size=config.batch_size)
     progress(f"Planned {plan.num_rows} rows in {len(plan.files)} file(s), "
              f"{len(plan.units)} row group(s), {len(plan.columns)} column(s)")
     start = time.monotonic()
@@ -70,18 +73,20 @@ def cmd_ingest(args: argparse.Namespace) -> Dict[str, Any]:
 def cmd_validate(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.components.schema_guard import contract as contracts
     from tfx_bridge.components.schema_guard import guard, report
+    from tfx_bridge.components.schema_guard.config import SchemaGuardConfig
 
+    settings = SchemaGuardConfig(  # the component's one config, checked the same way
+        contract_path=args.contract, max_record_bytes=args.max_record_mb << 20)
     progress = Progress(3, enabled=not args.quiet)
     schema = guard.load_schema(args.schema)
     consumer = None
     if args.model:
         consumer = contracts.contract_from_saved_model(args.model)
-    if args.contract:
-        from_file = contracts.load_contract_file(args.contract)
+    if settings.contract_path:
+        from_file = contracts.load_contract_file(settings.contract_path)
         consumer = from_file if consumer is None else consumer.merged(from_file)
-    config = guard.GuardConfig(guard.expectations_from_schema(schema),
-                               consumer.features if consumer is not None else (),
-                               max_record_bytes=args.max_record_mb << 20)
+    config = settings.scan_config(guard.expectations_from_schema(schema),
+                                  consumer.features if consumer is not None else ())
     splits = guard.list_splits(args.examples)
     progress(f"Checking splits {splits} of {args.examples} against {len(config.expectations)} "
              f"schema features and {len(config.consumer)} consumer features")
@@ -106,20 +111,21 @@ def cmd_validate(args: argparse.Namespace) -> Dict[str, Any]:
 
 def add_parser(sub) -> None:
     """The ingest and validate verbs."""
-    from tfx_bridge.components.parquet_example_gen import arrow_types
+    from tfx_bridge.components.parquet_example_gen.config import DEFAULT_PATTERN, ParquetConfig
+    from tfx_bridge.components.schema_guard.config import SchemaGuardConfig
 
     ingest = sub.add_parser(
         "ingest", help="Parquet -> Examples layout (Split-*/ gzip TFRecords) on DirectRunner")
     ingest.add_argument("--input-base", required=True, help="folder holding the Parquet files")
     ingest.add_argument("--output", required=True, help="folder for Split-*/ and sidecar")
-    ingest.add_argument("--pattern", default="*.parquet",
-                        help="glob relative to --input-base (default *.parquet)")
+    ingest.add_argument("--pattern", default=DEFAULT_PATTERN,
+                        help=f"glob relative to --input-base (default {DEFAULT_PATTERN})")
     ingest.add_argument("--columns", default=None, help="comma-separated columns to read")
     ingest.add_argument("--splits", default="train:2,eval:1",
                         help="output splits as name:hash_buckets (default train:2,eval:1)")
     ingest.add_argument("--partition-feature", default=None,
                         help="hash this column instead of the whole record")
-    ingest.add_argument("--batch-size", type=positive_int, default=arrow_types.DEFAULT_BATCH_SIZE,
+    ingest.add_argument("--batch-size", type=positive_int, default=ParquetConfig().batch_size,
                         help="rows per Arrow batch")
     ingest.add_argument("--workers", type=positive_int, default=None,
                         help="DirectRunner processes (default: in-process)")
@@ -135,8 +141,9 @@ def add_parser(sub) -> None:
                           help="SavedModel (or Model artifact) whose serving_default is the "
                           "consumer contract")
     validate.add_argument("--contract", default=None, help="contract file (YAML), see schemas/")
-    validate.add_argument("--max-record-mb", type=positive_int, default=64,
-                          help="refuse a record larger than this (default 64)")
+    default_mb = SchemaGuardConfig().max_record_bytes >> 20
+    validate.add_argument("--max-record-mb", type=positive_int, default=default_mb,
+                          help=f"refuse a record larger than this (default {default_mb})")
     validate.add_argument("--output", required=True,
                           help="folder for Split-*/SchemaDiff.pb and the reports")
     add_common(validate)

@@ -25,6 +25,7 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.components.pytorch_model_importer import convert, signature
     from tfx_bridge.components.pytorch_model_importer import report as import_report
     from tfx_bridge.components.pytorch_model_importer import source as model_source
+    from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
     from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
 
     chosen = [(k, p) for k, p in (("torchscript", args.torchscript),
@@ -38,16 +39,21 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
         kwargs = json.loads(args.module_kwargs) if args.module_kwargs else None
     except ValueError as e:
         raise ImporterConfigError(f"--module-kwargs is not JSON: {e}") from e
-    if args.source_model:  # the component's source_model route: the spec inside decides
-        if not model_source.has_pytorch_spec(args.source_model):
-            raise ImporterConfigError(
-                f"--source-model {args.source_model} holds no Format-PyTorch/model_spec.json "
-                "(a PyTorchTrainer or importer output); give the model file instead.")
-        source, input_texts, output_texts = model_source.from_model_folder(
-            args.source_model, args.input or [], args.output_name or [], args.module_class)
-    else:
-        source = convert.ModelSource(chosen[0][0], chosen[0][1], args.module_class, kwargs)
-        input_texts, output_texts = args.input or [], args.output_name or []
+    if args.source_model and not model_source.has_pytorch_spec(args.source_model):
+        raise ImporterConfigError(
+            f"--source-model {args.source_model} holds no Format-PyTorch/model_spec.json "
+            "(a PyTorchTrainer or importer output); give the model file instead.")
+    kind, path = chosen[0] if not args.source_model else (model_source.SOURCE_STATE_DICT, None)
+    config = ImporterConfig(  # the component's one config, checked the same way
+        source_kind=kind, source_path=path, module_class=args.module_class,
+        module_kwargs=kwargs, inputs=args.input or (), output_names=args.output_name or (),
+        opset=args.opset, atol=args.atol, rtol=args.rtol, converter=args.converter,
+        graph_rewrites=not args.no_graph_rewrites)
+    problems = config.source_problems(has_source_model=bool(args.source_model))
+    if problems:
+        raise ImporterConfigError("import-model: " + "; ".join(problems) + ".")
+    # The component's source_model route when --source-model: the spec inside decides.
+    source, input_texts, output_texts = config.resolve(args.source_model or "")
     inputs = signature.parse_input_specs(input_texts)
     outputs = signature.check_output_names(output_texts)
     schema = None
@@ -56,11 +62,11 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
         schema = schema_file.load_schema(args.schema)
     progress = Progress(2, enabled=not args.quiet)
     with staging.staged_output(args.output, IMPORT_WRITES, "import-model") as stage:
-        result = convert.import_model(source, inputs, outputs, stage, opset=args.opset,
-                                      atol=args.atol, rtol=args.rtol,
+        result = convert.import_model(source, inputs, outputs, stage, opset=config.opset,
+                                      atol=config.atol, rtol=config.rtol,
                                       examples_dir=args.examples, schema=schema,
-                                      graph_rewrites=not args.no_graph_rewrites,
-                                      converter=args.converter)
+                                      graph_rewrites=config.graph_rewrites,
+                                      converter=config.converter)
     serving_dir = staging.final_path(result.serving_dir, stage, args.output)
     progress(f"Exported, converted ({result.report['converter']}) and checked {source.kind} "
              f"{source.path} in {sum(result.report['seconds'].values()):.1f}s")
@@ -98,8 +104,8 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
             precision=args.precision, atol=args.atol, topk_threshold=args.topk_threshold,
             iterations=args.iterations,
             candidates=tuple(args.candidates.split(",")) if args.candidates else None)
-        result = optimize.optimize(args.model, stage, examples_dir=args.examples, probe=found,
-                                   **config.core_kwargs())
+        result = optimize.optimize(args.model, stage, config, examples_dir=args.examples,
+                                   probe=found)
     logs = logs.replace(stage, args.output)
     progress(f"Measured {len(result.report['candidates'])} candidate(s); kept "
              f"{result.report['candidate']} (backend {result.backend})" + logs)
@@ -117,10 +123,12 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
 
 def add_parser(sub) -> None:
     """The import-model and optimize verbs."""
-    from tfx_bridge.components.pytorch_model_importer import convert
+    from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
     from tfx_bridge.components.pytorch_model_importer.to_tf import converters
     from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
     from tfx_bridge.components.trt_optimizer.results import PRECISIONS
+
+    importer = ImporterConfig()  # the defaults, from the component's one config
 
     imp = sub.add_parser("import-model",
                          help="PyTorch/ONNX -> SavedModel with a named signature, proven equal")
@@ -140,14 +148,14 @@ def add_parser(sub) -> None:
                      help="output name, repeatable, in the model's output order")
     imp.add_argument("--output", required=True,
                      help="Model artifact folder (gets Format-Serving/ and the report)")
-    imp.add_argument("--opset", type=int, default=convert.DEFAULT_OPSET)
-    imp.add_argument("--atol", type=float, default=convert.DEFAULT_ATOL)
-    imp.add_argument("--rtol", type=float, default=0.0)
+    imp.add_argument("--opset", type=int, default=importer.opset)
+    imp.add_argument("--atol", type=float, default=importer.atol)
+    imp.add_argument("--rtol", type=float, default=importer.rtol)
     imp.add_argument("--examples", default=None,
                      help="Examples folder: check with real inputs instead of random ones")
     imp.add_argument("--schema", default=None,
                      help="schema the tf.Example signature must agree with")
-    imp.add_argument("--converter", choices=converters.CHOICES, default=convert.DEFAULT_CONVERTER,
+    imp.add_argument("--converter", choices=converters.CHOICES, default=importer.converter,
                      help="ONNX -> TF converter: tfx-bridge (ours, op by op in ONNX semantics), "
                      "onnx2tf, or auto (default: ours, onnx2tf where ours refuses)")
     imp.add_argument("--no-graph-rewrites", action="store_true",

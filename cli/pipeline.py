@@ -60,11 +60,36 @@ def _print_run_summary(result: Dict[str, Any]) -> None:
     print(f"Served versions: {result['served_versions']}")
 
 
+def _run_lock(args: argparse.Namespace, folder: str, model_name: Optional[str] = None):
+    """The run lock of this pipeline's workdir, or (``model_name``) of the served model
+    under a local serving base path: a second run waits up to --lock-timeout, then
+    exits 4 naming the holder. A run that died holding it is taken over, and said so."""
+    from tfx_bridge import runlock
+    from tfx_bridge.components.serving_pusher.config import check_model_name
+
+    if model_name is None:
+        return runlock.run_lock(folder, args.lock_timeout, what="this workdir",
+                                on_take_over=None if args.quiet else _say_taken_over)
+    check_model_name(model_name)
+    return runlock.run_lock(folder, args.lock_timeout,
+                            what=f"model {model_name!r} under {folder}",
+                            name=f".tfx-bridge-run-{model_name}.lock",
+                            on_take_over=None if args.quiet else _say_taken_over)
+
+
+def _say_taken_over(what: str, dead) -> None:
+    print(f"Took over the run lock of {what} from a run that died holding it "
+          f"({dead.describe()}).", file=sys.stderr)
+
+
 def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
-    from tfx_bridge.pipelines import demo_data, runner
-    from tfx_bridge.pipelines import pipeline as pipelines
+    from tfx_bridge.pipelines import runner
 
     workdir = shown(args.workdir)
+    if args.object_root and not fs.is_remote(args.object_root):
+        raise UsageError(f"--object-root {args.object_root} is not a URI: give s3://bucket/"
+                         "prefix (as on Kubeflow), or leave it out to keep everything in "
+                         "--workdir.")
     # Data, research output, pipeline root and serving base path: under --object-root
     # when given (s3://, as on Kubeflow), else in the workdir; MLMD stays local.
     root = args.object_root.rstrip("/") if args.object_root else workdir
@@ -72,6 +97,15 @@ def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
     pipeline_root = fs.join(root, runner.PIPELINE_ROOT_DIR)
     serving_base = fs.join(root, runner.SERVING_DIR)
     beam = _object_store_run([root, serving_base])
+    with _run_lock(args, workdir), _run_lock(args, serving_base, "ctr"):
+        return _demo(args, workdir, root, data_root, pipeline_root, serving_base, beam)
+
+
+def _demo(args: argparse.Namespace, workdir: str, root: str, data_root: str,
+          pipeline_root: str, serving_base: str, beam) -> Dict[str, Any]:
+    from tfx_bridge.pipelines import demo_data, runner
+    from tfx_bridge.pipelines import pipeline as pipelines
+
     progress = Progress(4 if args.hand_over else 3, enabled=not args.quiet)
     folders = demo_data.write_demo_spans(data_root, spans=range(1, args.spans + 1),
                                          rows_per_span=args.rows)
@@ -129,7 +163,9 @@ def _object_store_run(paths: List[str]) -> Optional[List[str]]:
     if not objectstore.uses_s3(paths):
         return None
     objectstore.enable_tfio()
-    return beam.object_store_args(paths)
+    args = beam.object_store_args(paths)
+    beam.set_filesystem_options(args)  # the run's checks read span footers before Beam runs
+    return args
 
 
 def _mode_options(args: argparse.Namespace) -> Dict[str, Any]:
@@ -155,6 +191,19 @@ def _mode_options(args: argparse.Namespace) -> Dict[str, Any]:
             "transform_source": args.transform_source}
 
 
+def _check_user_modules(options: Dict[str, Any]) -> None:
+    """Every run imports the user's functions before the pipeline starts (see
+    pipelines/user_modules.py): TFX would find a typo minutes in, or, on an unchanged
+    span, not at all until the next new one."""
+    from tfx_bridge.pipelines.user_modules import check_user_function
+
+    for key, function, flag in (("preprocessing_module", "preprocessing_fn",
+                                 "--preprocessing-module"),
+                                ("trainer_module", "run_fn", "--trainer-module")):
+        if options.get(key):
+            check_user_function(options[key], function, flag)
+
+
 def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.pipelines import runner
 
@@ -165,7 +214,19 @@ def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
     beam = _object_store_run([args.data_root, *([args.model_source] if args.model_source
                                                 else []), pipeline_root,
                               args.serving_base_path])
+    # Read-only checks of the inputs first: a refused run creates no folder.
     model_source, note = runner.check_run_inputs(args.data_root, args.model_source)
+    with _run_lock(args, workdir):  # a busy workdir is refused before the user's imports
+        _check_user_modules(options)
+        with _run_lock(args, args.serving_base_path, args.model_name):
+            return _run(args, workdir, pipeline_root, options, beam, progress, model_source,
+                        note)
+
+
+def _run(args: argparse.Namespace, workdir: str, pipeline_root: str, options, beam,
+         progress, model_source: Optional[str], note: Optional[str]) -> Dict[str, Any]:
+    from tfx_bridge.pipelines import runner
+
     if note and not args.quiet:
         print(note, file=sys.stderr)
     with library_logs(workdir, args.debug) as logs:
@@ -176,6 +237,8 @@ def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
     progress("Pipeline run finished" + logs)
     _print_run_summary(result)
     progress("Done")
+    # As demo: 0 when a version is served (new or unchanged), 1 when a check refused it.
+    result["_exit"] = EXIT_OK if result["pushed"] else EXIT_CHECK_FAILED
     return result
 
 
@@ -197,6 +260,12 @@ def _add_mode(p: argparse.ArgumentParser) -> None:
                         "on (default: the pipeline's own Transform)")
 
 
+def _add_lock_timeout(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lock-timeout", type=float, default=0.0,
+                   help="seconds to wait for another run of this workdir or served model "
+                        "before exit 4 (busy); default: refuse at once")
+
+
 def add_parser(sub) -> None:
     """The demo, compile-kfp and run verbs."""
     from tfx_bridge.kubeflow import compile as kfp_compile
@@ -214,6 +283,7 @@ def add_parser(sub) -> None:
     demo.add_argument("--object-root", default=None,
                       help="s3:// URI for the data, research output, pipeline root and "
                            "serving base path (as on Kubeflow); MLMD stays in --workdir")
+    _add_lock_timeout(demo)
     add_common(demo)
     demo.set_defaults(func=cmd_demo)
 
@@ -247,5 +317,6 @@ def add_parser(sub) -> None:
                      help="where artifacts go (local, s3:// or gs://; default "
                           "<workdir>/pipeline_root)")
     run.add_argument("--no-evaluate", action="store_true", help="skip the Evaluator gate")
+    _add_lock_timeout(run)
     add_common(run)
     run.set_defaults(func=cmd_run)

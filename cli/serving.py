@@ -11,21 +11,22 @@ def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.artifacts import savedmodel
     from tfx_bridge.artifacts.model_facts import model_facts
     from tfx_bridge.components.serving_pusher import serving
+    from tfx_bridge.components.serving_pusher.config import PusherConfig
 
+    config = PusherConfig(  # the component's one config, checked the same way
+        base_path=args.base_path, model_name=args.model_name, label=args.label,
+        target=args.target, allow_contract_change=args.allow_contract_change,
+        keep_versions=args.keep_versions, warmup_records=args.warmup_records,
+        server_base_path=args.server_base_path)
     saved_model = savedmodel.resolve_saved_model(args.model)
     facts = model_facts(args.model)  # as the executor reads the artifact folder
     blessings = {}
     if facts.blessed is not None:
         blessings[serving.MODEL_GATE] = int(facts.blessed)
     progress = Progress(2, enabled=not args.quiet)
-    result = serving.push(saved_model, args.base_path, args.model_name, label=args.label,
-                          target=args.target, requires_gpu=facts.requires_gpu,
-                          serving_flags=list(facts.serving_flags),
-                          examples_dir=args.examples,
-                          allow_contract_change=args.allow_contract_change,
-                          keep_versions=args.keep_versions, blessings=blessings,
-                          server_base_path=args.server_base_path,
-                          lock_timeout_s=args.lock_timeout)
+    result = serving.push(saved_model, config, requires_gpu=facts.requires_gpu,
+                          serving_flags=list(facts.serving_flags), examples_dir=args.examples,
+                          blessings=blessings, lock_timeout_s=args.lock_timeout)
     progress(result.reason)
     print(("Pushed: " if result.pushed else "Not pushed: ") + result.reason)
     progress("Done")
@@ -46,22 +47,26 @@ def cmd_rollback(args: argparse.Namespace) -> Dict[str, Any]:
 
 def add_parser(sub) -> None:
     """The push and rollback verbs."""
-    from tfx_bridge.components.serving_pusher import serving
+    from tfx_bridge.components.serving_pusher.base_layout import LABELS, MAX_WARMUP, TARGETS
+    from tfx_bridge.components.serving_pusher.config import PusherConfig
 
+    defaults = PusherConfig(base_path="", model_name="m")  # the component's defaults
     psh = sub.add_parser("push", help="ServingPusher: validated, atomic push to TF Serving")
     psh.add_argument("--model", required=True, help="SavedModel or Model artifact folder")
     psh.add_argument("--base-path", required=True, help="TF Serving model base path")
     psh.add_argument("--model-name", required=True)
-    psh.add_argument("--label", default="stable", choices=["stable", "canary"])
-    psh.add_argument("--target", default="cpu", choices=["cpu", "gpu"])
+    psh.add_argument("--label", default=defaults.label, choices=list(LABELS))
+    psh.add_argument("--target", default=defaults.target, choices=list(TARGETS))
     psh.add_argument("--examples", default=None, help="Examples folder for warmup requests")
     psh.add_argument("--allow-contract-change", action="store_true",
                      help="push even if inputs/outputs differ from the served version")
-    psh.add_argument("--keep-versions", type=positive_int,
-                     default=serving.DEFAULT_KEEP_VERSIONS)
-    psh.add_argument("--server-base-path", default=serving.SERVER_MOUNT,
+    psh.add_argument("--keep-versions", type=positive_int, default=defaults.keep_versions)
+    psh.add_argument("--warmup-records", type=positive_int, default=defaults.warmup_records,
+                     help=f"warmup requests written and replayed (1 to {MAX_WARMUP}, default "
+                          f"{defaults.warmup_records})")
+    psh.add_argument("--server-base-path", default=defaults.server_base_path,
                      help="where the server sees --base-path (models.config and the manifest's "
-                          "mount use it; default /models)")
+                          f"mount use it; default {defaults.server_base_path})")
     psh.add_argument("--lock-timeout", type=float, default=600.0,
                      help="seconds to wait for another push's lock before exit 4 (busy)")
     add_common(psh)
@@ -71,7 +76,8 @@ def add_parser(sub) -> None:
     rb.add_argument("--base-path", required=True)
     rb.add_argument("--model-name", required=True)
     rb.add_argument("--to", type=int, required=True, help="version to serve as stable")
-    rb.add_argument("--server-base-path", default=serving.SERVER_MOUNT,
-                    help="where the server sees --base-path (default /models)")
+    rb.add_argument("--server-base-path", default=defaults.server_base_path,
+                    help=f"where the server sees --base-path (default "
+                         f"{defaults.server_base_path})")
     add_common(rb)
     rb.set_defaults(func=cmd_rollback)

@@ -114,6 +114,7 @@ def check_run_inputs(data_root: str, model_source: Optional[str],
         raise RunInputError(
             f"--data-root {data_root} holds no span folders: the pipeline reads "
             f"{demo_data.SPAN_PATTERN!r} under it (e.g. {data_root}/span-1/part-0.parquet).")
+    _check_newest_span(data_root, max(spans, key=lambda d: int(span.match(d).group(1))))
     if model_source is None:  # trained in the pipeline
         return None, None
     if not fs.isdir(model_source):
@@ -130,6 +131,26 @@ def check_run_inputs(data_root: str, model_source: Optional[str],
         f"--model-source {model_source} holds no {model_file}: give the research team's "
         f"output folder (with {model_file}), or a root of span-N/{model_file} folders (the "
         "newest is taken).")
+
+
+def _check_newest_span(data_root: str, newest: str) -> None:
+    """The span the pipeline will take must hold rows: ExampleGen's driver would skip
+    a span folder without matching files and silently re-run the previous span, and
+    a span of 0 rows would pass every check and end in an unrelated training error."""
+    import fnmatch
+
+    folder = fs.join(data_root, newest.rstrip("/"))
+    pattern = demo_data.SPAN_PATTERN.split("/", 1)[1]
+    if not any(fnmatch.fnmatch(f, pattern) for f in fs.listdir(folder)):
+        raise RunInputError(
+            f"The newest span folder {folder} holds no file matching {pattern!r} (the "
+            f"pipeline reads {demo_data.SPAN_PATTERN!r}): ExampleGen would silently take an "
+            "older span, or none. Add its Parquet files, or remove the folder.")
+    plan = core.plan_ingest(folder, core.SplitConfig.parse("all:1", pattern))
+    if plan.num_rows == 0:
+        raise RunInputError(
+            f"The newest span {folder} holds 0 rows in {len(plan.files)} file(s): nothing "
+            "to check, train or push. Write its rows, or remove the folder.")
 
 
 def run_full(workdir: str, data_root: str, model_source: Optional[str],

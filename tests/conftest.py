@@ -16,6 +16,8 @@ LONGEST_FIRST = (
     "kubeflow/test_local_run.py",
     "cli/test_cli.py",
     "components/serving_pusher/test_serving.py",
+    "components/serving_pusher/test_serving_checks.py",
+    "components/serving_pusher/test_serving_refusals.py",
     "cli/test_cli_run_s3.py",
     "pipelines/test_training.py",
     "components/pytorch_model_importer/test_zoo.py",
@@ -236,24 +238,30 @@ def s3_bucket(s3_server, request):
     return f"s3://{name}"
 
 
-def _save_scaled_model(path: str, scale: float = 2.0) -> str:
-    """A tiny SavedModel: serving_default(x: float32[None, 4]) -> score = sum(x) * scale."""
+def _save_scaled_model(path: str, scale: float = 2.0, input_name: str = "x",
+                       dtype: str = "float32", asset_mb: int = 0) -> str:
+    """A tiny SavedModel: serving_default(x: float32[None, 4]) -> score = sum(x) * scale;
+    ``input_name`` and ``dtype`` change its contract, ``asset_mb`` adds an asset that big."""
+    import numpy as np
     import tensorflow as tf
 
     class M(tf.Module):
         def __init__(self):
             self.w = tf.Variable(scale)
 
-        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], dtype, name=input_name)])
         def serve(self, x):
-            return {"score": tf.reduce_sum(x, axis=1) * self.w}
+            return {"score": tf.reduce_sum(tf.cast(x, tf.float32), axis=1) * self.w}
 
     m = M()
     tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
+    if asset_mb:
+        with open(os.path.join(path, "assets", "blob.bin"), "wb") as f:
+            f.write(np.random.default_rng(0).bytes(asset_mb << 20))
     return path
 
 
 @pytest.fixture(scope="session")
 def scaled_saved_model():
-    """Makes tiny SavedModels where the model does not matter (pushes, copies)."""
+    """Makes tiny SavedModels (pushes, copies, contract changes): _save_scaled_model."""
     return _save_scaled_model

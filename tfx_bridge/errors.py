@@ -57,3 +57,32 @@ def informative_line(error: BaseException) -> str:
 def short_message(error: BaseException) -> str:
     """``Type: the informative line`` of an exception, for a report or table cell."""
     return f"{type(error).__name__}: {informative_line(error)}"
+
+
+def user_frames(error: BaseException) -> str:
+    """``file:line in function`` of the frames in the user's own code (a run_fn, a
+    preprocessing_fn, their modules): the traceback without the library's frames
+    (site-packages, tfx-bridge's own, the interpreter's). A SyntaxError gives its line."""
+    import os
+    import traceback
+
+    if isinstance(error, SyntaxError) and error.filename:
+        return f"{error.filename}:{error.lineno}"
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    stdlib = os.path.dirname(os.__file__)
+    frames = []
+    for frame in traceback.extract_tb(error.__traceback__):
+        path = os.path.abspath(frame.filename)
+        if ("site-packages" in path or path.startswith((ours + os.sep, stdlib + os.sep))
+                or frame.filename.startswith("<")):
+            continue
+        frames.append(f"{frame.filename}:{frame.lineno} in {frame.name}")
+    return "; ".join(frames[-3:])
+
+
+def describe_failure(error: BaseException) -> str:
+    """``Type: message (at the user's file:line ...)``: what a user needs, in one line."""
+    where = user_frames(error)
+    text = str(error).strip()
+    message = text.splitlines()[0][:300] if text else ""
+    return f"{type(error).__name__}: {message}" + (f" (at {where})" if where else "")

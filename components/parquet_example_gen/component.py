@@ -1,7 +1,6 @@
 """ParquetExampleGen: the TFX component (spec, class, build-time checks)."""
 from __future__ import annotations
 
-import json
 from typing import Optional, Sequence, Union
 
 from tfx.components.example_gen import utils as example_gen_utils
@@ -9,36 +8,23 @@ from tfx.components.example_gen.component import FileBasedExampleGen
 from tfx.dsl.components.base import base_beam_component, executor_spec
 from tfx.orchestration import data_types
 from tfx.proto import example_gen_pb2, range_config_pb2
-from tfx.types import channel, standard_artifacts, standard_component_specs
-from tfx.types.component_spec import ExecutionParameter
+from tfx.types import channel, standard_artifacts
 
 from tfx_bridge.components.parquet_example_gen import executor
+from tfx_bridge.components.parquet_example_gen.config import ParquetConfig
 from tfx_bridge.components.parquet_example_gen.errors import ParquetConfigError
+from tfx_bridge.components.parquet_example_gen.spec import (  # noqa: F401  (the keys: public)
+    CONFIG_KEY,
+    DEFAULT_PATTERN,
+    EXAMPLES_KEY,
+    INPUT_BASE_KEY,
+    INPUT_CONFIG_KEY,
+    OUTPUT_CONFIG_KEY,
+    RANGE_CONFIG_KEY,
+    ParquetExampleGenSpec,
+)
 
-# Key constants: the stock FileBasedExampleGen keys plus ours.
-INPUT_BASE_KEY = standard_component_specs.INPUT_BASE_KEY
-INPUT_CONFIG_KEY = standard_component_specs.INPUT_CONFIG_KEY
-OUTPUT_CONFIG_KEY = standard_component_specs.OUTPUT_CONFIG_KEY
-RANGE_CONFIG_KEY = standard_component_specs.RANGE_CONFIG_KEY
-EXAMPLES_KEY = standard_component_specs.EXAMPLES_KEY
-COLUMNS_KEY = executor.COLUMNS_KEY
-BATCH_SIZE_KEY = executor.BATCH_SIZE_KEY
-
-DEFAULT_PATTERN = "*.parquet"
-
-
-class ParquetExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):
-    """FileBasedExampleGen's spec plus column projection and batch size.
-
-    ``columns`` is a JSON list (as TFX stores list parameters, e.g. SchemaGen's
-    exclude_splits), so it compiles into Kubeflow V2 parameters unchanged.
-    """
-
-    PARAMETERS = {
-        **standard_component_specs.FileBasedExampleGenSpec.PARAMETERS,
-        COLUMNS_KEY: ExecutionParameter(type=str, optional=True),
-        BATCH_SIZE_KEY: ExecutionParameter(type=int, optional=True),
-    }
+_DEFAULTS = ParquetConfig()
 
 
 class ParquetExampleGen(FileBasedExampleGen):
@@ -84,8 +70,8 @@ class ParquetExampleGen(FileBasedExampleGen):
                                       data_types.RuntimeParameter]] = None,
         range_config: Optional[Union[range_config_pb2.RangeConfig,
                                      data_types.RuntimeParameter]] = None,
-        columns: Optional[Sequence[str]] = None,
-        batch_size: Optional[int] = None,
+        columns: Optional[Sequence[str]] = _DEFAULTS.columns,
+        batch_size: int = _DEFAULTS.batch_size,
     ):
         """Builds the component.
 
@@ -105,7 +91,13 @@ class ParquetExampleGen(FileBasedExampleGen):
             DEFAULT_PATTERN)
         output_config = output_config or example_gen_utils.make_default_output_config(
             input_config)
-        _check_build_args(output_config, columns, batch_size)
+        # Every check is the config's, at build time, as the CLI's and the executor's.
+        config = ParquetConfig(columns=columns, batch_size=batch_size)
+        if isinstance(output_config, example_gen_pb2.Output):
+            problems = config.partition_problems(
+                output_config.split_config.partition_feature_name)
+            if problems:
+                raise ParquetConfigError("ParquetExampleGen: " + "; ".join(problems) + ".")
         spec = ParquetExampleGenSpec(
             input_base=input_base,
             input_config=input_config,
@@ -114,34 +106,10 @@ class ParquetExampleGen(FileBasedExampleGen):
             range_config=range_config,
             output_data_format=example_gen_pb2.FORMAT_TF_EXAMPLE,
             output_file_format=example_gen_pb2.FORMAT_TFRECORDS_GZIP,
-            columns=None if columns is None else json.dumps(list(columns)),
-            batch_size=batch_size,
+            config=config.to_json(),
             examples=channel.Channel(type=standard_artifacts.Examples),
         )
         # FileBasedExampleGen.__init__ hard-codes its own spec class; skip to
         # the Beam component base so ours (with columns/batch_size) is used.
         base_beam_component.BaseBeamComponent.__init__(self, spec=spec)
 
-
-def _check_build_args(output_config, columns: Optional[Sequence[str]],
-                      batch_size: Optional[int]) -> None:
-    """Checks what can be checked when the pipeline is built."""
-    problems = []
-    if columns is not None:
-        if isinstance(columns, str):
-            problems.append(f"columns must be a list of names, got the string {columns!r}.")
-        else:
-            cols = list(columns)
-            if not cols or any(not isinstance(c, str) or not c for c in cols):
-                problems.append(f"columns must be non-empty names, got {cols!r}.")
-            elif len(set(cols)) != len(cols):
-                problems.append(f"columns has duplicates: {cols!r}.")
-            elif isinstance(output_config, example_gen_pb2.Output):
-                pf = output_config.split_config.partition_feature_name
-                if pf and pf not in cols:
-                    problems.append(
-                        f"partition_feature_name {pf!r} is not among columns {cols!r}; add it.")
-    if batch_size is not None and (not isinstance(batch_size, int) or batch_size <= 0):
-        problems.append(f"batch_size must be a positive int, got {batch_size!r}.")
-    if problems:
-        raise ParquetConfigError("ParquetExampleGen: " + " ".join(problems))

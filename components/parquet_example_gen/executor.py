@@ -10,18 +10,24 @@ from tfx.components.example_gen import write_split
 from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.proto import example_gen_pb2
-from tfx.types import artifact_utils, standard_component_specs
+from tfx.types import artifact_utils
 from tfx.utils import proto_utils
 
 from tfx_bridge import beam as beam_options
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
+from tfx_bridge.components.parquet_example_gen.config import ParquetConfig
 from tfx_bridge.components.parquet_example_gen.errors import ParquetConfigError
-
-COLUMNS_KEY = "columns"
-BATCH_SIZE_KEY = "batch_size"
-# Custom properties recorded on the Examples artifact.
-SOURCE_SCHEMA_PROPERTY = "source_schema"
-NUM_ROWS_PROPERTY = "num_rows"
+from tfx_bridge.components.parquet_example_gen.spec import (
+    CONFIG_KEY,
+    EXAMPLES_KEY,
+    INPUT_BASE_KEY,
+    INPUT_CONFIG_KEY,
+    NUM_ROWS_PROPERTY,
+    OUTPUT_CONFIG_KEY,
+    OUTPUT_DATA_FORMAT_KEY,
+    OUTPUT_FILE_FORMAT_KEY,
+    SOURCE_SCHEMA_PROPERTY,
+)
 
 
 def split_config_from_protos(input_config: example_gen_pb2.Input,
@@ -35,20 +41,6 @@ def split_config_from_protos(input_config: example_gen_pb2.Input,
     )
 
 
-def parse_columns(value: Any):
-    """The ``columns`` parameter (a JSON list, or None for every column)."""
-    if value is None or value == "":
-        return None
-    try:
-        columns = json.loads(value)
-    except ValueError as e:
-        raise ParquetConfigError(
-            f"columns must be a JSON list of names, got {value!r}.") from e
-    if not isinstance(columns, list):
-        raise ParquetConfigError(f"columns must be a JSON list of names, got {value!r}.")
-    return columns
-
-
 class Executor(base_beam_executor.BaseBeamExecutor):
     """Writes Split-*/ gzip TFRecords of tf.Examples from Parquet row groups."""
 
@@ -57,31 +49,30 @@ class Executor(base_beam_executor.BaseBeamExecutor):
            exec_properties: Dict[str, Any]) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
         input_config = example_gen_pb2.Input()
-        proto_utils.json_to_proto(exec_properties[standard_component_specs.INPUT_CONFIG_KEY],
+        proto_utils.json_to_proto(exec_properties[INPUT_CONFIG_KEY],
                                   input_config)
         output_config = example_gen_pb2.Output()
-        proto_utils.json_to_proto(exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY],
+        proto_utils.json_to_proto(exec_properties[OUTPUT_CONFIG_KEY],
                                   output_config)
-        payload = exec_properties.get(standard_component_specs.OUTPUT_DATA_FORMAT_KEY)
+        payload = exec_properties.get(OUTPUT_DATA_FORMAT_KEY)
         if payload not in (None, example_gen_pb2.FORMAT_TF_EXAMPLE):
             raise ParquetConfigError(
                 f"ParquetExampleGen writes tf.Example only; output_data_format={payload}.")
-        file_format = exec_properties.get(standard_component_specs.OUTPUT_FILE_FORMAT_KEY)
+        file_format = exec_properties.get(OUTPUT_FILE_FORMAT_KEY)
         if file_format not in (None, example_gen_pb2.FORMAT_TFRECORDS_GZIP):
             raise ParquetConfigError(
                 f"ParquetExampleGen writes gzip TFRecords only; output_file_format={file_format}.")
-        batch_size = exec_properties.get(BATCH_SIZE_KEY)
+        config = ParquetConfig.from_json(exec_properties[CONFIG_KEY])
         # Planning lists and reads footers through Beam's FileSystems outside a pipeline;
         # its S3 filesystem needs the run's options (endpoint, region) there too.
         beam_options.set_filesystem_options(self._beam_pipeline_args or [])
         plan = core.plan_ingest(
-            exec_properties[standard_component_specs.INPUT_BASE_KEY],
+            exec_properties[INPUT_BASE_KEY],
             split_config_from_protos(input_config, output_config),
-            columns=parse_columns(exec_properties.get(COLUMNS_KEY)),
-            batch_size=core.DEFAULT_BATCH_SIZE if batch_size is None else int(batch_size))
+            columns=config.columns, batch_size=config.batch_size)
 
         examples = artifact_utils.get_single_instance(
-            output_dict[standard_component_specs.EXAMPLES_KEY])
+            output_dict[EXAMPLES_KEY])
         examples.split_names = artifact_utils.encode_split_names(plan.splits.split_names)
         logging.info("ParquetExampleGen: %d rows in %d files -> splits %s",
                      plan.num_rows, len(plan.files), plan.splits.split_names)

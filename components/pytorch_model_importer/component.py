@@ -1,51 +1,27 @@
 """PyTorchModelImporter: the TFX component (spec, class, build-time checks)."""
 from __future__ import annotations
 
-import json
 from typing import Optional, Sequence
 
 from tfx.dsl.components.base import base_component, executor_spec
-from tfx.types import channel, component_spec, standard_artifacts
-from tfx.types.component_spec import ChannelParameter, ExecutionParameter
+from tfx.types import channel, standard_artifacts
 
-from tfx_bridge.components.pytorch_model_importer import convert, executor, signature
+from tfx_bridge.components.pytorch_model_importer import executor
+from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
 from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
+from tfx_bridge.components.pytorch_model_importer.spec import (  # noqa: F401  (public keys)
+    BLESSED_PROPERTY,
+    CONFIG_KEY,
+    EXAMPLES_KEY,
+    MODEL_KEY,
+    SCHEMA_KEY,
+    SOURCE_MODEL_KEY,
+    TRANSFORM_GRAPH_KEY,
+    TRANSFORMED_EXAMPLES_KEY,
+    PyTorchModelImporterSpec,
+)
 
-SOURCE_MODEL_KEY = executor.SOURCE_MODEL_KEY
-SCHEMA_KEY = executor.SCHEMA_KEY
-EXAMPLES_KEY = executor.EXAMPLES_KEY
-TRANSFORM_GRAPH_KEY = executor.TRANSFORM_GRAPH_KEY
-TRANSFORMED_EXAMPLES_KEY = executor.TRANSFORMED_EXAMPLES_KEY
-MODEL_KEY = executor.MODEL_KEY
-BLESSED_PROPERTY = executor.BLESSED_PROPERTY
-
-
-class PyTorchModelImporterSpec(component_spec.ComponentSpec):
-    """A model file (+ optional Schema, Examples) -> Model (Format-Serving)."""
-
-    PARAMETERS = {
-        executor.SOURCE_KIND_KEY: ExecutionParameter(type=str),
-        executor.SOURCE_PATH_KEY: ExecutionParameter(type=str, optional=True),
-        executor.MODULE_CLASS_KEY: ExecutionParameter(type=str, optional=True),
-        executor.MODULE_KWARGS_KEY: ExecutionParameter(type=str, optional=True),
-        executor.INPUTS_KEY: ExecutionParameter(type=str),
-        executor.OUTPUT_NAMES_KEY: ExecutionParameter(type=str),
-        executor.OPSET_KEY: ExecutionParameter(type=int, optional=True),
-        executor.ATOL_KEY: ExecutionParameter(type=float, optional=True),
-        executor.RTOL_KEY: ExecutionParameter(type=float, optional=True),
-        executor.FAIL_ON_NOT_EQUIVALENT_KEY: ExecutionParameter(type=int, optional=True),
-        executor.CONVERTER_KEY: ExecutionParameter(type=str, optional=True),
-    }
-    INPUTS = {
-        SOURCE_MODEL_KEY: ChannelParameter(type=standard_artifacts.Model, optional=True),
-        SCHEMA_KEY: ChannelParameter(type=standard_artifacts.Schema, optional=True),
-        EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples, optional=True),
-        TRANSFORM_GRAPH_KEY: ChannelParameter(type=standard_artifacts.TransformGraph,
-                                              optional=True),
-        TRANSFORMED_EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples,
-                                                   optional=True),
-    }
-    OUTPUTS = {MODEL_KEY: ChannelParameter(type=standard_artifacts.Model)}
+_DEFAULTS = ImporterConfig()
 
 
 class PyTorchModelImporter(base_component.BaseComponent):
@@ -96,15 +72,18 @@ class PyTorchModelImporter(base_component.BaseComponent):
     SPEC_CLASS = PyTorchModelImporterSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
-    def __init__(self, source_kind: str = convert.SOURCE_STATE_DICT,
-                 inputs: Sequence[str] = (), output_names: Sequence[str] = (),
-                 source_path: Optional[str] = None, source_model=None,
-                 module_class: Optional[str] = None, module_kwargs: Optional[dict] = None,
+    def __init__(self, source_kind: str = _DEFAULTS.source_kind,
+                 inputs: Sequence[str] = _DEFAULTS.inputs,
+                 output_names: Sequence[str] = _DEFAULTS.output_names,
+                 source_path: Optional[str] = _DEFAULTS.source_path, source_model=None,
+                 module_class: Optional[str] = _DEFAULTS.module_class,
+                 module_kwargs: Optional[dict] = _DEFAULTS.module_kwargs,
                  schema=None, examples=None, transform_graph=None,
-                 transformed_examples=None, opset: int = convert.DEFAULT_OPSET,
-                 atol: float = convert.DEFAULT_ATOL, rtol: float = 0.0,
-                 fail_on_not_equivalent: bool = True,
-                 converter: str = convert.DEFAULT_CONVERTER):
+                 transformed_examples=None, opset: int = _DEFAULTS.opset,
+                 atol: float = _DEFAULTS.atol, rtol: float = _DEFAULTS.rtol,
+                 fail_on_not_equivalent: bool = _DEFAULTS.fail_on_not_equivalent,
+                 converter: str = _DEFAULTS.converter,
+                 graph_rewrites: bool = _DEFAULTS.graph_rewrites):
         """Builds the component; specs and names are checked now, files at run time.
 
         Args:
@@ -119,34 +98,24 @@ class PyTorchModelImporter(base_component.BaseComponent):
             real inputs for the equivalence check.
           converter: "auto" (default: ours, onnx2tf where ours refuses),
             "tfx-bridge" or "onnx2tf".
+          graph_rewrites: rewrite the ONNX graph for onnx2tf (off only to see
+            what the rewrites fix).
         """
-        if source_kind not in convert.SOURCES:
-            raise ImporterConfigError(
-                f"source_kind {source_kind!r}: use one of {convert.SOURCES}.")
-        if source_path is None and source_model is None:
-            raise ImporterConfigError("Give source_path, source_model, or both.")
-        from_spec = source_model is not None and not (inputs or output_names or module_class)
-        if source_kind == convert.SOURCE_STATE_DICT and not module_class and not from_spec:
-            raise ImporterConfigError("A state_dict source needs module_class (pkg.mod:Class).")
-        if transformed_examples is not None and transform_graph is None:
-            raise ImporterConfigError(
-                "transformed_examples without transform_graph: give the Transform's "
-                "transform_graph too (the skew check compares the two).")
-        if not convert.MIN_OPSET <= opset <= 20:
-            raise ImporterConfigError(f"opset {opset}: use {convert.MIN_OPSET} to 20.")
-        if converter not in convert.CONVERTERS:
-            raise ImporterConfigError(
-                f"converter {converter!r}: use one of {', '.join(convert.CONVERTERS)}.")
-        # Taken from the source model's spec at run time when none is declared.
-        specs = signature.parse_input_specs(list(inputs)) if not from_spec else []
-        names = signature.check_output_names(list(output_names)) if not from_spec else []
-        spec = PyTorchModelImporterSpec(
+        # Every check is the config's, at build time, as the CLI's and the executor's.
+        config = ImporterConfig(
             source_kind=source_kind, source_path=source_path, module_class=module_class,
-            module_kwargs=None if module_kwargs is None else json.dumps(module_kwargs),
-            inputs=json.dumps([s.to_text() for s in specs]), output_names=json.dumps(names),
-            opset=opset, atol=float(atol), rtol=float(rtol),
-            fail_on_not_equivalent=int(bool(fail_on_not_equivalent)), converter=converter,
-            source_model=source_model, schema=schema, examples=examples,
-            transform_graph=transform_graph, transformed_examples=transformed_examples,
+            module_kwargs=module_kwargs, inputs=inputs, output_names=output_names,
+            opset=opset, atol=atol, rtol=rtol, fail_on_not_equivalent=fail_on_not_equivalent,
+            converter=converter, graph_rewrites=graph_rewrites)
+        problems = config.source_problems(has_source_model=source_model is not None)
+        if transformed_examples is not None and transform_graph is None:
+            problems.append("transformed_examples without transform_graph: give the "
+                            "Transform's transform_graph too (the skew check compares the two)")
+        if problems:
+            raise ImporterConfigError("PyTorchModelImporter: " + "; ".join(problems) + ".")
+        spec = PyTorchModelImporterSpec(
+            config=config.to_json(), source_model=source_model, schema=schema,
+            examples=examples, transform_graph=transform_graph,
+            transformed_examples=transformed_examples,
             model=channel.Channel(type=standard_artifacts.Model))
         super().__init__(spec=spec)

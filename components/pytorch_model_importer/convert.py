@@ -31,7 +31,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from tfx_bridge.artifacts import examples, layout, savedmodel
 from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
@@ -100,6 +100,26 @@ class ImportResult:
     serving_dir: str
 
 
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """What one import is asked to do, on local paths: every stage reads it from here."""
+
+    source: ModelSource
+    inputs: Sequence[TensorSpec]
+    output_names: Sequence[str]
+    opset: int
+    atol: float
+    rtol: float
+    batch_sizes: Sequence[int]
+    examples_dir: Optional[str]
+    schema: Any
+    tamper_onnx: Optional[Callable[[str], None]]
+    graph_rewrites: bool
+    transform_dir: Optional[str]
+    transformed_examples_dir: Optional[str]
+    converter: str
+
+
 def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
                  output_names: Sequence[str], output_dir: str, opset: int = DEFAULT_OPSET,
                  atol: float = DEFAULT_ATOL, rtol: float = 0.0,
@@ -136,34 +156,29 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
             local_root, transform, local_out):
         local_path = (os.path.join(local_root, fs.basename(source.path)) if remote_onnx
                       else local_root)
-        local = dataclasses.replace(source, path=local_path)
-        result = _import_local(local, inputs, output_names, local_out, opset, atol, rtol,
-                               batch_sizes, examples_dir, schema, tamper_onnx, graph_rewrites,
-                               shown_source=source.path, transform_dir=transform,
-                               transformed_examples_dir=transformed_examples_dir,
-                               shown_transform=transform_dir, converter=converter,
-                               digest=digest)
+        job = _Job(dataclasses.replace(source, path=local_path), inputs, output_names, opset,
+                   atol, rtol, batch_sizes, examples_dir, schema, tamper_onnx, graph_rewrites,
+                   transform, transformed_examples_dir, converter)
+        result = _import_local(job, local_out, shown_source=source.path,
+                               shown_transform=transform_dir, digest=digest)
     carry_pytorch(source, [s.to_text() for s in inputs], output_names, output_dir)
     if fs.is_remote(output_dir):
         result.serving_dir = fs.join(output_dir, SERVING_DIR)
     return result
 
 
-def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
-                  output_names: Sequence[str], output_dir: str, opset: int,
-                  atol: float, rtol: float, batch_sizes: Sequence[int],
-                  examples_dir: Optional[str], schema, tamper_onnx, graph_rewrites: bool,
-                  shown_source: str, transform_dir: Optional[str] = None,
-                  transformed_examples_dir: Optional[str] = None,
-                  shown_transform: Optional[str] = None, converter: str = DEFAULT_CONVERTER,
+def _import_local(job: _Job, output_dir: str, shown_source: str,
+                  shown_transform: Optional[str] = None,
                   digest: Optional[str] = None) -> ImportResult:
     """Runs every step into ``output_dir`` (the Model artifact layout).
 
-    ``graph_rewrites=False`` gives onnx2tf the exported ONNX as it is (no
+    ``job.graph_rewrites=False`` gives onnx2tf the exported ONNX as it is (no
     rewrite.py changes; PyTorch-level swaps still apply), to measure what the
-    rewrites buy. ``tamper_onnx`` (tests only) edits the ONNX given to the converter,
+    rewrites buy. ``job.tamper_onnx`` (tests only) edits the ONNX given to the converter,
     to prove the equivalence gate catches a broken conversion.
     """
+    source, inputs, output_names = job.source, job.inputs, job.output_names
+    opset, atol, rtol, transform_dir = job.opset, job.atol, job.rtol, job.transform_dir
     serving_dir = os.path.join(output_dir, SERVING_DIR)
     if transform_dir:  # a name mismatch is refused before the minutes of conversion
         transform_wrap.check_model_inputs(inputs, transform_wrap.transformed_spec(transform_dir))
@@ -171,10 +186,8 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
     module = load_torch_module(source) if source.kind != SOURCE_ONNX else None
     types = rewrite.module_types(module, prefix=export_prefix(module))
     with tempfile.TemporaryDirectory(prefix="tfx-bridge-import-") as work:
-        run = _attempt(source, module, types, inputs, output_names, work, serving_dir,
-                       output_dir, opset, atol, rtol, batch_sizes, examples_dir, schema,
-                       tamper_onnx, graph_rewrites, transform_dir, transformed_examples_dir,
-                       converter, EXPORT_BATCH, row_wise=False)
+        run = _attempt(job, module, types, work, serving_dir, output_dir, EXPORT_BATCH,
+                       row_wise=False)
         if module is not None and not _is_script(module) and \
                 frozen_batch(run.checks, run.findings, atol, EXPORT_BATCH):
             # Right at the export batch only: the model's code loops over or sizes by
@@ -182,11 +195,8 @@ def _import_local(source: ModelSource, inputs: Sequence[TensorSpec],
             # batch). Rows are independent in inference, so the graph exported for one
             # row, run row by row, is the model; it must verify like any other.
             rows_work = os.path.join(work, "rows")
-            rows = _attempt(source, module, types, inputs, output_names, rows_work,
-                            os.path.join(rows_work, SERVING_DIR), rows_work, opset, atol,
-                            rtol, batch_sizes, examples_dir, schema, tamper_onnx,
-                            graph_rewrites, transform_dir, transformed_examples_dir,
-                            converter, 1, row_wise=True)
+            rows = _attempt(job, module, types, rows_work, os.path.join(rows_work, SERVING_DIR),
+                            rows_work, 1, row_wise=True)
             if all(c.ok for c in rows.checks):
                 shutil.rmtree(serving_dir)
                 shutil.move(os.path.join(rows_work, SERVING_DIR), serving_dir)
@@ -277,13 +287,13 @@ class _Attempt:
     verified: float
 
 
-def _attempt(source, module, types, inputs, output_names, work: str, serving_dir: str,
-             output_dir: str, opset: int, atol: float, rtol: float, batch_sizes,
-             examples_dir, schema, tamper_onnx, graph_rewrites: bool, transform_dir,
-             transformed_examples_dir, converter: str, export_batch: int,
-             row_wise: bool) -> _Attempt:
+def _attempt(job: _Job, module, types, work: str, serving_dir: str, output_dir: str,
+             export_batch: int, row_wise: bool) -> _Attempt:
     """Exports (torch sources) with a batch-``export_batch`` sample, converts, wraps
     into ``serving_dir`` (row by row when ``row_wise``) and verifies."""
+    source, inputs, output_names = job.source, job.inputs, job.output_names
+    atol, rtol, batch_sizes, transform_dir = job.atol, job.rtol, job.batch_sizes, job.transform_dir
+    examples_dir, transformed_examples_dir = job.examples_dir, job.transformed_examples_dir
     started = time.perf_counter()
     os.makedirs(work, exist_ok=True)
     onnx_path = os.path.join(work, "model.onnx")
@@ -293,18 +303,18 @@ def _attempt(source, module, types, inputs, output_names, work: str, serving_dir
         rewrites = []
     else:
         trace_warnings = []
-        rewrites = export_onnx(module, inputs, output_names, onnx_path, opset,
+        rewrites = export_onnx(module, inputs, output_names, onnx_path, job.opset,
                                trace_warnings, batch=export_batch)
     # Named by the export (an ONNX hand-over's inputs match the declared ones).
     unused = next((r.nodes for r in rewrites if r.kind == UNUSED_INPUT), [])
     # The converter gets a copy; the reference (onnxruntime) runs the ONNX as exported.
     to_convert = os.path.join(work, "model_to_convert.onnx")
     shutil.copyfile(onnx_path, to_convert)
-    if tamper_onnx is not None:
-        tamper_onnx(to_convert)
+    if job.tamper_onnx is not None:
+        job.tamper_onnx(to_convert)
     exported = time.perf_counter()
-    conversion = converters.to_saved_model(to_convert, work, inputs, types, converter,
-                                           graph_rewrites)
+    conversion = converters.to_saved_model(to_convert, work, inputs, types, job.converter,
+                                           job.graph_rewrites)
     rewrites += conversion.rewrites
     converted = conversion.saved_model
     if os.path.exists(serving_dir):
@@ -314,7 +324,7 @@ def _attempt(source, module, types, inputs, output_names, work: str, serving_dir
     # (checked against torch and onnxruntime), then raw features -> that model.
     model_dir = os.path.join(work, "model-inputs") if transform_dir else serving_dir
     wrap_saved_model(converted, model_dir, inputs, output_names,
-                     None if transform_dir else schema, unused, row_wise=row_wise)
+                     None if transform_dir else job.schema, unused, row_wise=row_wise)
     raw_inputs = None
     if transform_dir:
         raw_inputs = transform_wrap.wrap(model_dir, serving_dir, transform_dir, inputs,

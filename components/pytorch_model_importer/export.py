@@ -21,6 +21,7 @@ from tfx_bridge.components.pytorch_model_importer.source import (
 
 DEFAULT_OPSET = 17
 MIN_OPSET = 14
+MAX_OPSET = 20
 # The batch of the sample torch.onnx.export traces with. Python branches on tensor
 # values are traced for this sample only: a MoE layer that skips experts no token
 # chose (`if top_x.shape[0] == 0: continue`, as transformers writes them) leaves
@@ -48,8 +49,9 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
     onnx = lazy_onnx()
     from tfx_bridge.components.pytorch_model_importer import export_fixes, fused, swaps
 
-    if not MIN_OPSET <= opset <= 20:
-        raise ImporterConfigError(f"opset {opset}: use {MIN_OPSET} to 20 (default 17).")
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ImporterConfigError(
+            f"opset {opset}: use {MIN_OPSET} to {MAX_OPSET} (default {DEFAULT_OPSET}).")
     sample = make_inputs(inputs, batch=batch)
     args = tuple(torch.from_numpy(sample[s.name]) for s in inputs)
     dynamic = {s.name: {i: ("batch" if i == 0 else f"{s.name}_dim{i}")

@@ -207,8 +207,10 @@ def carry_pytorch(source: ModelSource, inputs: Sequence[str], outputs: Sequence[
 
 def resolve_source_path(folder: str, path: str) -> str:
     """``path`` inside the research team's folder, or the one model file there."""
+    if path and not folder:
+        return path  # ModelSource names a folder or a missing file
     if path:
-        full = fs.join(folder, path) if folder else path
+        full = fs.join(folder, path)
         if not fs.isfile(full):
             raise ModelSourceError(f"No model file {path!r} in {folder or 'the local disk'}.")
         return full

@@ -15,20 +15,22 @@ from absl import logging
 from tfx import types
 from tfx.components.trainer import executor as trainer_executor
 from tfx.components.util import udf_utils
-from tfx.types import artifact_utils, standard_component_specs
+from tfx.types import artifact_utils
 
 from tfx_bridge.artifacts import properties
 from tfx_bridge.components.pytorch_trainer import check
+from tfx_bridge.components.pytorch_trainer.errors import RunFnError
+from tfx_bridge.components.pytorch_trainer.spec import (  # noqa: F401  (the keys: public)
+    BASE_MODEL_KEY,
+    EXAMPLES_KEY,
+    MODEL_KEY,
+    MODULE_CLASS_PROPERTY,
+    RETRAINED_PROPERTY,
+    WARM_START_PROPERTY,
+)
+from tfx_bridge.errors import BridgeError, describe_failure
 from tfx_bridge.storage import fs
 from tfx_bridge.torch import model as torch_model
-
-MODEL_KEY = standard_component_specs.MODEL_KEY
-BASE_MODEL_KEY = standard_component_specs.BASE_MODEL_KEY
-# Custom properties on the trained Model (docs/ARCHITECTURE.md).
-MODULE_CLASS_PROPERTY = "module_class"
-WARM_START_PROPERTY = "warm_started_from"
-RETRAINED_PROPERTY = "retrained"  # 1: run_fn trained; 0: the base model was re-emitted
-EXAMPLES_KEY = standard_component_specs.EXAMPLES_KEY
 
 
 class Executor(trainer_executor.GenericExecutor):
@@ -63,9 +65,21 @@ class Executor(trainer_executor.GenericExecutor):
             fs.copy_tree(fn_args.base_model, fn_args.serving_model_dir)
             retrained = 0
         else:
-            run_fn = udf_utils.get_fn(exec_properties, "run_fn")
+            where = exec_properties.get("run_fn") or exec_properties.get("module_file") or \
+                exec_properties.get("module_path")
+            try:
+                run_fn = udf_utils.get_fn(exec_properties, "run_fn")
+            except Exception as e:  # the user's module: any error is theirs to fix
+                raise RunFnError(f"PyTorchTrainer: the run_fn {where} does not load: "
+                                 f"{describe_failure(e)}.") from e
             logging.info("PyTorchTrainer: training (warm start from %s).", fn_args.base_model)
-            run_fn(fn_args)
+            try:
+                run_fn(fn_args)
+            except BridgeError:
+                raise  # already says what and where (tfx_bridge.torch helpers)
+            except Exception as e:  # the user's code: name it, not an internal error
+                raise RunFnError(f"PyTorchTrainer: the run_fn {where} raised "
+                                 f"{describe_failure(e)}.") from e
         spec, metrics = check.check_trained(fn_args.serving_model_dir)
         if retrained:
             torch_model.record_trained_on(fn_args.serving_model_dir, examples)

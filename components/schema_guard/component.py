@@ -1,49 +1,27 @@
 """SchemaGuard: the TFX component (spec, class, build-time checks)."""
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 from typing import Optional, Sequence
 
 from tfx.dsl.components.base import base_beam_component, executor_spec
-from tfx.types import channel, component_spec, standard_artifacts
-from tfx.types.component_spec import ChannelParameter, ExecutionParameter
+from tfx.types import channel, standard_artifacts
 
 from tfx_bridge.components.schema_guard import executor
+from tfx_bridge.components.schema_guard.config import SchemaGuardConfig
 from tfx_bridge.components.schema_guard.errors import SchemaGuardConfigError
+from tfx_bridge.components.schema_guard.spec import (  # noqa: F401  (the keys: public)
+    ANOMALIES_KEY,
+    BLESSED_PROPERTY,
+    CONFIG_KEY,
+    EXAMPLES_KEY,
+    MODEL_KEY,
+    SCHEMA_KEY,
+    SchemaGuardSpec,
+)
 
-EXAMPLES_KEY = executor.EXAMPLES_KEY
-SCHEMA_KEY = executor.SCHEMA_KEY
-MODEL_KEY = executor.MODEL_KEY
-ANOMALIES_KEY = executor.ANOMALIES_KEY
-CONTRACT_PATH_KEY = executor.CONTRACT_PATH_KEY
-FAIL_ON_ANOMALIES_KEY = executor.FAIL_ON_ANOMALIES_KEY
-EXCLUDE_SPLITS_KEY = executor.EXCLUDE_SPLITS_KEY
-CHECK_UNKNOWN_FEATURES_KEY = executor.CHECK_UNKNOWN_FEATURES_KEY
-BATCH_SIZE_KEY = executor.BATCH_SIZE_KEY
-MAX_RECORD_BYTES_KEY = executor.MAX_RECORD_BYTES_KEY
-BLESSED_PROPERTY = executor.BLESSED_PROPERTY
-
-
-class SchemaGuardSpec(component_spec.ComponentSpec):
-    """Examples + Schema (+ optional Model / contract file) -> ExampleAnomalies."""
-
-    PARAMETERS = {
-        CONTRACT_PATH_KEY: ExecutionParameter(type=str, optional=True),
-        FAIL_ON_ANOMALIES_KEY: ExecutionParameter(type=int, optional=True),
-        EXCLUDE_SPLITS_KEY: ExecutionParameter(type=str, optional=True),
-        CHECK_UNKNOWN_FEATURES_KEY: ExecutionParameter(type=int, optional=True),
-        BATCH_SIZE_KEY: ExecutionParameter(type=int, optional=True),
-        MAX_RECORD_BYTES_KEY: ExecutionParameter(type=int, optional=True),
-    }
-    INPUTS = {
-        EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
-        SCHEMA_KEY: ChannelParameter(type=standard_artifacts.Schema),
-        MODEL_KEY: ChannelParameter(type=standard_artifacts.Model, optional=True),
-    }
-    OUTPUTS = {
-        ANOMALIES_KEY: ChannelParameter(type=standard_artifacts.ExampleAnomalies),
-    }
+_DEFAULTS = SchemaGuardConfig()
 
 
 class SchemaGuard(base_beam_component.BaseBeamComponent):
@@ -79,10 +57,13 @@ class SchemaGuard(base_beam_component.BaseBeamComponent):
     SPEC_CLASS = SchemaGuardSpec
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
-    def __init__(self, examples, schema, model=None, contract_path: Optional[str] = None,
-                 fail_on_anomalies: bool = True, exclude_splits: Optional[Sequence[str]] = None,
-                 check_unknown_features: bool = True, batch_size: Optional[int] = None,
-                 max_record_bytes: Optional[int] = None):
+    def __init__(self, examples, schema, model=None,
+                 contract_path: Optional[str] = _DEFAULTS.contract_path,
+                 fail_on_anomalies: bool = _DEFAULTS.fail_on_anomalies,
+                 exclude_splits: Sequence[str] = _DEFAULTS.exclude_splits,
+                 check_unknown_features: bool = _DEFAULTS.check_unknown_features,
+                 batch_size: int = _DEFAULTS.batch_size,
+                 max_record_bytes: int = _DEFAULTS.max_record_bytes):
         """Builds the component.
 
         Args:
@@ -99,6 +80,11 @@ class SchemaGuard(base_beam_component.BaseBeamComponent):
           max_record_bytes: a record whose header claims more is refused with
             its file and offset (default 64 MiB; records are untrusted input).
         """
+        # Every check is the config's, at build time, as the CLI's and the executor's.
+        config = SchemaGuardConfig(
+            contract_path=contract_path, fail_on_anomalies=fail_on_anomalies,
+            exclude_splits=exclude_splits, check_unknown_features=check_unknown_features,
+            batch_size=batch_size, max_record_bytes=max_record_bytes)
         if (contract_path is not None and "://" not in contract_path
                 and not os.path.isabs(contract_path)):
             # Relative paths resolve here, at build time; absolute ones may name a
@@ -106,24 +92,8 @@ class SchemaGuard(base_beam_component.BaseBeamComponent):
             if not os.path.exists(contract_path):
                 raise SchemaGuardConfigError(
                     f"SchemaGuard: contract file {contract_path!r} does not exist.")
-            contract_path = os.path.abspath(contract_path)
-        if exclude_splits is not None and (isinstance(exclude_splits, str)
-                                           or not all(isinstance(s, str) for s in exclude_splits)):
-            raise SchemaGuardConfigError(
-                f"SchemaGuard: exclude_splits must be a list of split names, got "
-                f"{exclude_splits!r}.")
-        for key, value in ((BATCH_SIZE_KEY, batch_size), (MAX_RECORD_BYTES_KEY, max_record_bytes)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                      or value <= 0):
-                raise SchemaGuardConfigError(
-                    f"SchemaGuard: {key} must be a positive int, got {value!r}.")
+            config = dataclasses.replace(config, contract_path=os.path.abspath(contract_path))
         spec = SchemaGuardSpec(
-            examples=examples, schema=schema, model=model,
-            contract_path=contract_path,
-            fail_on_anomalies=int(bool(fail_on_anomalies)),
-            exclude_splits=None if exclude_splits is None else json.dumps(list(exclude_splits)),
-            check_unknown_features=int(bool(check_unknown_features)),
-            batch_size=batch_size,
-            max_record_bytes=max_record_bytes,
+            examples=examples, schema=schema, model=model, config=config.to_json(),
             anomalies=channel.Channel(type=standard_artifacts.ExampleAnomalies))
         super().__init__(spec=spec)

@@ -12,25 +12,21 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_bridge.artifacts import properties, tfrecord
 from tfx_bridge.components.schema_guard import contract as contracts
 from tfx_bridge.components.schema_guard import guard, report
+from tfx_bridge.components.schema_guard.config import SchemaGuardConfig
 from tfx_bridge.components.schema_guard.errors import AnomaliesFound
+from tfx_bridge.components.schema_guard.spec import (
+    ANOMALIES_KEY,
+    BLESSED_PROPERTY,
+    CONFIG_KEY,
+    EXAMPLES_KEY,
+    FINDINGS_PROPERTY,
+    MODEL_KEY,
+    SCHEMA_KEY,
+)
 from tfx_bridge.storage import fs
 
-EXAMPLES_KEY = "examples"
-SCHEMA_KEY = "schema"
-MODEL_KEY = "model"
-ANOMALIES_KEY = "anomalies"
-CONTRACT_PATH_KEY = "contract_path"
-FAIL_ON_ANOMALIES_KEY = "fail_on_anomalies"
-EXCLUDE_SPLITS_KEY = "exclude_splits"
-CHECK_UNKNOWN_FEATURES_KEY = "check_unknown_features"
-BATCH_SIZE_KEY = "batch_size"
-MAX_RECORD_BYTES_KEY = "max_record_bytes"
-# Custom properties on the ExampleAnomalies artifact.
-BLESSED_PROPERTY = properties.BLESSED
-FINDINGS_PROPERTY = "findings"
 _SCAN_FILE = "_scan.json"
 
 
@@ -77,29 +73,20 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         schema_uri = artifact_utils.get_single_uri(input_dict[SCHEMA_KEY])
         anomalies = artifact_utils.get_single_instance(output_dict[ANOMALIES_KEY])
 
+        settings = SchemaGuardConfig.from_json(exec_properties[CONFIG_KEY])
         schema = guard.load_schema(schema_uri)
         consumer = None
         if input_dict.get(MODEL_KEY):
             model = artifact_utils.get_single_instance(input_dict[MODEL_KEY])
             consumer = contracts.contract_from_saved_model(path_utils.serving_model_path(
                 model.uri, path_utils.is_old_model_artifact(model)))
-        if exec_properties.get(CONTRACT_PATH_KEY) is not None:
-            from_file = contracts.load_contract_file(exec_properties[CONTRACT_PATH_KEY])
+        if settings.contract_path is not None:
+            from_file = contracts.load_contract_file(settings.contract_path)
             consumer = from_file if consumer is None else consumer.merged(from_file)
-        batch_size = exec_properties.get(BATCH_SIZE_KEY)
-        max_record = exec_properties.get(MAX_RECORD_BYTES_KEY)
-        check_unknown = exec_properties.get(CHECK_UNKNOWN_FEATURES_KEY)
-        config = guard.GuardConfig(
-            guard.expectations_from_schema(schema),
-            consumer.features if consumer is not None else (),
-            batch_size=guard.DEFAULT_BATCH_SIZE if batch_size is None else int(batch_size),
-            check_unknown_features=True if check_unknown is None else bool(check_unknown),
-            max_record_bytes=(tfrecord.DEFAULT_MAX_RECORD_BYTES if max_record is None
-                              else int(max_record)))
-
-        excluded = json.loads(exec_properties.get(EXCLUDE_SPLITS_KEY) or "[]")
+        config = settings.scan_config(guard.expectations_from_schema(schema),
+                                      consumer.features if consumer is not None else ())
         splits = [s for s in artifact_utils.decode_split_names(examples.split_names)
-                  if s not in excluded]
+                  if s not in settings.exclude_splits]
         work = [(s, p) for s in splits for p in guard.split_files(examples.uri, s)]
         fs.makedirs(anomalies.uri)
         result_path = fs.join(anomalies.uri, _SCAN_FILE)
@@ -118,7 +105,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         anomalies.set_int_custom_property(BLESSED_PROPERTY, 1 if summary["blessed"] else 0)
         anomalies.set_int_custom_property(FINDINGS_PROPERTY, summary["findings"])
         logging.info("SchemaGuard: %s", summary)
-        if not summary["blessed"] and exec_properties.get(FAIL_ON_ANOMALIES_KEY, 1):
+        if not summary["blessed"] and settings.fail_on_anomalies:
             lines = report.summary_lines(findings)
             raise AnomaliesFound(
                 f"SchemaGuard found {len(lines)} anomal{'y' if len(lines) == 1 else 'ies'} in "

@@ -1,47 +1,21 @@
 """ServingPusher: the TFX component (spec, class, build-time checks)."""
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 from tfx.dsl.components.base import base_component, executor_spec
-from tfx.types import channel, component_spec, standard_artifacts
-from tfx.types.component_spec import ChannelParameter, ExecutionParameter
+from tfx.types import channel, standard_artifacts
 
-from tfx_bridge.components.serving_pusher import executor, serving
-from tfx_bridge.components.serving_pusher.errors import PusherConfigError
+from tfx_bridge.components.serving_pusher import executor
+from tfx_bridge.components.serving_pusher.config import PusherConfig
+from tfx_bridge.components.serving_pusher.spec import (  # noqa: F401  (the keys: public)
+    CONFIG_KEY,
+    MODEL_KEY,
+    PUSHED_MODEL_KEY,
+    ServingPusherSpec,
+)
 
-MODEL_KEY = executor.MODEL_KEY
-PUSHED_MODEL_KEY = executor.PUSHED_MODEL_KEY
-
-
-class ServingPusherSpec(component_spec.ComponentSpec):
-    """Model + any blessings (+ Examples for warmup) -> PushedModel."""
-
-    PARAMETERS = {
-        executor.BASE_PATH_KEY: ExecutionParameter(type=str),
-        executor.MODEL_NAME_KEY: ExecutionParameter(type=str),
-        executor.LABEL_KEY: ExecutionParameter(type=str, optional=True),
-        executor.TARGET_KEY: ExecutionParameter(type=str, optional=True),
-        executor.ALLOW_CONTRACT_CHANGE_KEY: ExecutionParameter(type=int, optional=True),
-        executor.KEEP_VERSIONS_KEY: ExecutionParameter(type=int, optional=True),
-        executor.WARMUP_RECORDS_KEY: ExecutionParameter(type=int, optional=True),
-        executor.BATCHING_KEY: ExecutionParameter(type=str, optional=True),
-        executor.SERVER_BASE_PATH_KEY: ExecutionParameter(type=str, optional=True),
-    }
-    INPUTS = {
-        MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
-        executor.IMPORTED_MODEL_KEY: ChannelParameter(type=standard_artifacts.Model,
-                                                      optional=True),
-        executor.SCHEMA_GUARD_KEY: ChannelParameter(type=standard_artifacts.ExampleAnomalies,
-                                                    optional=True),
-        executor.MODEL_BLESSING_KEY: ChannelParameter(type=standard_artifacts.ModelBlessing,
-                                                      optional=True),
-        executor.INFRA_BLESSING_KEY: ChannelParameter(type=standard_artifacts.InfraBlessing,
-                                                      optional=True),
-        executor.EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples, optional=True),
-    }
-    OUTPUTS = {PUSHED_MODEL_KEY: ChannelParameter(type=standard_artifacts.PushedModel)}
+_DEFAULTS = PusherConfig(base_path="", model_name="m")
 
 
 class ServingPusher(base_component.BaseComponent):
@@ -77,31 +51,21 @@ class ServingPusher(base_component.BaseComponent):
 
     def __init__(self, model, base_path: str, model_name: str, imported_model=None,
                  schema_guard=None, model_blessing=None, infra_blessing=None, examples=None,
-                 label: str = "stable", target: str = "cpu",
-                 allow_contract_change: bool = False,
-                 keep_versions: int = serving.DEFAULT_KEEP_VERSIONS,
-                 warmup_records: int = serving.DEFAULT_WARMUP_RECORDS,
-                 batching_parameters: Optional[dict] = None,
-                 server_base_path: str = serving.SERVER_MOUNT):
-        if label not in serving.LABELS:
-            raise PusherConfigError(f"ServingPusher: label {label!r}; use {serving.LABELS}.")
-        if target not in serving.TARGETS:
-            raise PusherConfigError(f"ServingPusher: target {target!r}; use {serving.TARGETS}.")
-        serving.check_model_name(model_name)
-        if keep_versions < 1:
-            raise PusherConfigError("ServingPusher: keep_versions must be >= 1.")
-        if not 1 <= warmup_records <= serving.MAX_WARMUP:
-            raise PusherConfigError(
-                f"ServingPusher: warmup_records {warmup_records}: use 1 to {serving.MAX_WARMUP} "
-                "(TF Serving replays them at load; a push always writes warmup).")
+                 label: str = _DEFAULTS.label, target: str = _DEFAULTS.target,
+                 allow_contract_change: bool = _DEFAULTS.allow_contract_change,
+                 keep_versions: int = _DEFAULTS.keep_versions,
+                 warmup_records: int = _DEFAULTS.warmup_records,
+                 batching_parameters: Optional[dict] = _DEFAULTS.batching_parameters,
+                 server_base_path: str = _DEFAULTS.server_base_path):
+        # Every check is the config's, at build time, as the CLI's and the executor's.
+        config = PusherConfig(
+            base_path=base_path, model_name=model_name, label=label, target=target,
+            allow_contract_change=allow_contract_change, keep_versions=keep_versions,
+            warmup_records=warmup_records, batching_parameters=batching_parameters,
+            server_base_path=server_base_path)
         spec = ServingPusherSpec(
             model=model, imported_model=imported_model, schema_guard=schema_guard,
             model_blessing=model_blessing, infra_blessing=infra_blessing, examples=examples,
-            base_path=base_path, model_name=model_name, label=label, target=target,
-            allow_contract_change=int(bool(allow_contract_change)),
-            keep_versions=keep_versions, warmup_records=warmup_records,
-            batching_parameters=None if batching_parameters is None
-            else json.dumps(batching_parameters),
-            server_base_path=server_base_path,
+            config=config.to_json(),
             pushed_model=channel.Channel(type=standard_artifacts.PushedModel))
         super().__init__(spec=spec)

@@ -10,41 +10,26 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_bridge.artifacts import properties
 from tfx_bridge.artifacts.model_facts import ModelFacts, model_facts
 from tfx_bridge.components.serving_pusher import serving
+from tfx_bridge.components.serving_pusher.config import PusherConfig
+from tfx_bridge.components.serving_pusher.spec import (
+    BLESSED_PROPERTY,
+    CONFIG_KEY,
+    EXAMPLES_KEY,
+    IMPORTED_MODEL_KEY,
+    INFRA_BLESSING_KEY,
+    MODEL_BLESSING_KEY,
+    MODEL_KEY,
+    PUSHED_DESTINATION_PROPERTY,
+    PUSHED_MODEL_KEY,
+    PUSHED_PROPERTY,
+    PUSHED_VERSION_PROPERTY,
+    REASON_PROPERTY,
+    REPORT_FILE,
+    SCHEMA_GUARD_KEY,
+)
 from tfx_bridge.storage import fs
-
-MODEL_KEY = "model"
-IMPORTED_MODEL_KEY = "imported_model"
-SCHEMA_GUARD_KEY = "schema_guard"
-MODEL_BLESSING_KEY = "model_blessing"
-INFRA_BLESSING_KEY = "infra_blessing"
-EXAMPLES_KEY = "examples"
-PUSHED_MODEL_KEY = "pushed_model"
-BASE_PATH_KEY = "base_path"
-MODEL_NAME_KEY = "model_name"
-LABEL_KEY = "label"
-TARGET_KEY = "target"
-ALLOW_CONTRACT_CHANGE_KEY = "allow_contract_change"
-KEEP_VERSIONS_KEY = "keep_versions"
-WARMUP_RECORDS_KEY = "warmup_records"
-BATCHING_KEY = "batching_parameters"
-SERVER_BASE_PATH_KEY = "server_base_path"
-# The stock PushedModel properties, and ours.
-PUSHED_PROPERTY = "pushed"
-PUSHED_DESTINATION_PROPERTY = "pushed_destination"
-PUSHED_VERSION_PROPERTY = "pushed_version"
-REASON_PROPERTY = "push_reason"
-BLESSED_PROPERTY = properties.BLESSED
-REPORT_FILE = "push.json"
-
-
-def _given(exec_properties: Dict[str, Any], key: str, default):
-    """The parameter as set, ``default`` only when it is unset (None): 0 is a value,
-    and the core refuses it if it is out of range."""
-    value = exec_properties.get(key)
-    return default if value is None else value
 
 
 def _prop(artifact: types.Artifact, key: str, default):
@@ -85,6 +70,7 @@ class Executor(base_executor.BaseExecutor):
            output_dict: Dict[str, List[types.Artifact]],
            exec_properties: Dict[str, Any]) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
+        config = PusherConfig.from_json(exec_properties[CONFIG_KEY])
         model = artifact_utils.get_single_instance(input_dict[MODEL_KEY])
         pushed = artifact_utils.get_single_instance(output_dict[PUSHED_MODEL_KEY])
         # The Model folders' own reports, read as `tfx-bridge push` reads them. A
@@ -107,7 +93,6 @@ class Executor(base_executor.BaseExecutor):
         flags = list(facts.serving_flags)
         examples = (artifact_utils.get_single_uri(input_dict[EXAMPLES_KEY])
                     if input_dict.get(EXAMPLES_KEY) else None)
-        batching = exec_properties.get(BATCHING_KEY)
         identity = None
         source = imported_facts.source_digest if imported_facts else None
         if source:
@@ -116,21 +101,8 @@ class Executor(base_executor.BaseExecutor):
             identity = f"source:{source} flags:{' '.join(flags)}"
         result = serving.push(
             path_utils.serving_model_path(model.uri, path_utils.is_old_model_artifact(model)),
-            exec_properties[BASE_PATH_KEY], exec_properties[MODEL_NAME_KEY],
-            label=exec_properties.get(LABEL_KEY) or "stable",
-            target=exec_properties.get(TARGET_KEY) or "cpu",
-            requires_gpu=facts.requires_gpu,
-            serving_flags=flags,
-            examples_dir=examples,
-            allow_contract_change=bool(exec_properties.get(ALLOW_CONTRACT_CHANGE_KEY) or 0),
-            keep_versions=int(_given(exec_properties, KEEP_VERSIONS_KEY,
-                                     serving.DEFAULT_KEEP_VERSIONS)),
-            warmup_records=int(_given(exec_properties, WARMUP_RECORDS_KEY,
-                                      serving.DEFAULT_WARMUP_RECORDS)),
-            blessings=blessings,
-            batching_overrides=None if batching is None else json.loads(batching),
-            server_base_path=exec_properties.get(SERVER_BASE_PATH_KEY) or serving.SERVER_MOUNT,
-            identity=identity)
+            config, requires_gpu=facts.requires_gpu, serving_flags=flags,
+            examples_dir=examples, blessings=blessings, identity=identity)
         pushed.set_int_custom_property(PUSHED_PROPERTY, 1 if result.pushed else 0)
         pushed.set_string_custom_property(REASON_PROPERTY, result.reason)
         if result.pushed:

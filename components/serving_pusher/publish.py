@@ -11,11 +11,8 @@ pick the right one from the base path.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import shutil
-import time
 import uuid
 from typing import List, Optional
 
@@ -37,6 +34,7 @@ from tfx_bridge.components.serving_pusher.state import (  # noqa: F401  (re-expo
     update_state,
     versions,
 )
+from tfx_bridge.runlock import wait_for_flock
 from tfx_bridge.storage import fs
 from tfx_bridge.storage.names import child
 
@@ -75,20 +73,11 @@ def push_lock(model_root: str, timeout_s: float = 600.0):
         return
     os.makedirs(model_root, exist_ok=True)
     fd = os.open(os.path.join(model_root, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    deadline = time.monotonic() + timeout_s
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as e:
-                if e.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() > deadline:
-                    raise PushLocked(
-                        f"Another push holds {model_root}/{LOCK_FILE} for over {timeout_s}s "
-                        "(a lock, not bad input): retry when it finishes.") from e
-                time.sleep(0.05)
+        if not wait_for_flock(fd, timeout_s):
+            raise PushLocked(
+                f"Another push holds {model_root}/{LOCK_FILE} for over {timeout_s}s "
+                "(a lock, not bad input): retry when it finishes.")
         yield
     finally:
         os.close(fd)

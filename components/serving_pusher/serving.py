@@ -69,6 +69,11 @@ from tfx_bridge.components.serving_pusher.checks import (  # noqa: F401  (re-exp
     inspect_model,
     serving_signature,
 )
+from tfx_bridge.components.serving_pusher.config import (  # noqa: F401  (re-exported)
+    PusherConfig,
+    base_path_problem,
+    check_model_name,
+)
 from tfx_bridge.components.serving_pusher.errors import (
     PusherConfigError,
     PushRefused,
@@ -99,22 +104,10 @@ from tfx_bridge.components.serving_pusher.warmup import (
 )
 from tfx_bridge.storage import fs
 from tfx_bridge.storage.folders import unsafe_links
-from tfx_bridge.storage.names import check_segment
 
 # The gate the pushed Model folder's own report.json holds (optimizer drift check or
 # importer equivalence), named in push reasons on both routes.
 MODEL_GATE = "the model (optimizer drift / importer equivalence)"
-
-
-def check_model_name(model_name: str) -> str:
-    """A model name is a folder under the base path and a key in models.config: one safe
-    path segment, and not a number (TF Serving would read it as a version)."""
-    check_segment(model_name, "Model name")
-    if model_name.isdigit():
-        raise PusherConfigError(
-            f"Model name {model_name!r} is a number: TF Serving reads integer folders as "
-            "versions. Use a name such as 'ctr'.")
-    return model_name
 
 
 @dataclasses.dataclass
@@ -127,71 +120,62 @@ class PushResult:
 
 
 def check_base_path(base_path: str) -> None:
-    """Local folders and ``s3://`` only: publishing on an object store needs
-    conditional writes (:mod:`object_store`), which the filesystem layer has for s3;
-    a push must never fall back to a local folder named ``gs:``."""
-    if fs.is_remote(base_path) and not base_path.startswith("s3://"):
-        raise PusherConfigError(
-            f"Base path {base_path}: ServingPusher publishes to local or mounted folders "
-            "and to s3:// (versions are taken by conditional writes, which tfx-bridge "
-            "implements for S3 only). Push to s3://, or to a folder the server mounts "
-            "(e.g. a GCS FUSE volume).")
+    """The base path's scheme (:func:`config.base_path_problem`) and, on an object
+    store, the bucket and credentials, before any work."""
+    why = base_path_problem(base_path)
+    if why:
+        raise PusherConfigError(why[0].upper() + why[1:] + ".")
     if fs.is_remote(base_path):
-        fs.isdir(base_path)  # the bucket and credentials, checked before any work
+        fs.isdir(base_path)
 
 
-def push(saved_model_dir: str, base_path: str, model_name: str, *args, **kwargs
-         ) -> PushResult:
+def push(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = False,
+         serving_flags: Sequence[str] = (), examples_dir: Optional[str] = None,
+         blessings: Optional[Dict[str, Optional[int]]] = None, lock_timeout_s: float = 600.0,
+         identity: Optional[str] = None) -> PushResult:
     """:func:`push_local` for a model folder that may be a URI (an artifact under
     an ``s3://`` or ``gs://`` pipeline root): it is copied to a local folder
     first, so the checks, the fresh-process load and the copy see the same bytes.
-    ``base_path`` may be ``s3://`` (see :mod:`object_store` for how a push is
-    made safe there).
+    ``config.base_path`` may be ``s3://`` (see :mod:`object_store` for how a push is
+    made safe there). The arguments are :func:`push_local`'s.
     """
+    args = (requires_gpu, serving_flags, examples_dir, blessings, lock_timeout_s, identity)
     if not fs.is_remote(saved_model_dir):
-        return push_local(saved_model_dir, base_path, model_name, *args, **kwargs)
-    # push_local checks these too; here they come before the model is copied down.
-    check_base_path(base_path)
-    check_model_name(model_name)
+        return push_local(saved_model_dir, config, *args)
+    # push_local checks this too; here it comes before the model is copied down.
+    check_base_path(config.base_path)
     if not fs.isfile(fs.join(saved_model_dir, "saved_model.pb")):
         raise PusherConfigError(f"{saved_model_dir} has no saved_model.pb.")
     with fs.staged_locally(saved_model_dir, prefix="tfx-bridge-push-") as (local,):
-        return push_local(local, base_path, model_name, *args, **kwargs)
+        return push_local(local, config, *args)
 
 
-def push_local(saved_model_dir: str, base_path: str, model_name: str, label: str = "stable",
-               target: str = "cpu", requires_gpu: bool = False,
+def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = False,
                serving_flags: Sequence[str] = (), examples_dir: Optional[str] = None,
-               allow_contract_change: bool = False, keep_versions: int = DEFAULT_KEEP_VERSIONS,
-               warmup_records: int = DEFAULT_WARMUP_RECORDS,
                blessings: Optional[Dict[str, Optional[int]]] = None,
-               batching_overrides: Optional[dict] = None,
-               server_base_path: str = SERVER_MOUNT, lock_timeout_s: float = 600.0,
-               identity: Optional[str] = None) -> PushResult:
+               lock_timeout_s: float = 600.0, identity: Optional[str] = None) -> PushResult:
     """Gate, check, warm up, publish atomically, then write configs and retain.
 
+    ``config`` is the component's one :class:`PusherConfig` (where, which label,
+    target, retention, warmup, batching), checked when it was built.
+    ``requires_gpu`` and ``serving_flags`` are the model's (its report).
     ``blessings`` maps a gate's name to its ``blessed`` value (None: the gate
     carries no blessing). A failed gate or check is a not-pushed result with
-    the reason, not an exception. ``server_base_path`` is where the server sees
-    ``base_path`` (the manifest's mount; models.config points there).
+    the reason, not an exception.
     ``identity`` names the model for the "nothing new" check (a pipeline passes
     the importer's source digest with the optimizer's backend and flags); by
     default the SavedModel's bytes decide.
     """
     import tempfile
 
-    check_model_name(model_name)
-    if label not in LABELS:
-        raise PusherConfigError(f"label {label!r}: use one of {LABELS}.")
-    if not 1 <= warmup_records <= MAX_WARMUP:
-        raise PusherConfigError(f"warmup_records must be in [1, {MAX_WARMUP}].")
+    base_path, model_name, label, target = (config.base_path, config.model_name, config.label,
+                                            config.target)
+    batching_overrides, server_base_path = config.batching_parameters, config.server_base_path
     check_base_path(base_path)
     if not fs.isfile(fs.join(saved_model_dir, "saved_model.pb")):
         raise PusherConfigError(f"{saved_model_dir} has no saved_model.pb.")
     # Every argument and the base path's state are checked before anything is published:
     # a push either completes (version, state, labels, configs) or changes nothing.
-    if keep_versions < 1:
-        raise PusherConfigError(f"keep_versions must be >= 1, got {keep_versions}.")
     check_target(target, serving_flags)
     batching_text(target, batching_overrides)
     if examples_dir is not None and not fs.isdir(examples_dir):
@@ -231,7 +215,7 @@ def push_local(saved_model_dir: str, base_path: str, model_name: str, label: str
             return PushResult(True, same, fs.join(model_root, str(same)),
                               f"identical to version {same} already served as {label}; "
                               "no new version", {"labels": state.labels})
-        if served is not None and not allow_contract_change:
+        if served is not None and not config.allow_contract_change:
             problems = contract_changes(
                 _served_signature(fs.join(model_root, str(served))), new_sig)
             if problems:
@@ -242,7 +226,7 @@ def push_local(saved_model_dir: str, base_path: str, model_name: str, label: str
         with tempfile.TemporaryDirectory(prefix="tfx-bridge-warmup-") as tmp:
             warmup = os.path.join(tmp, WARMUP_FILE)
             count = write_warmup(warmup, model_name, new_sig,
-                                 synthesize_feeds(new_sig, warmup_records,
+                                 synthesize_feeds(new_sig, config.warmup_records,
                                                   examples_dir=examples_dir))
             # One fresh process: the model loads, and the warmup requests run through it.
             inspected = inspect_model(saved_model_dir, warmup)
@@ -252,7 +236,7 @@ def push_local(saved_model_dir: str, base_path: str, model_name: str, label: str
                 replay["tflite"] = inspected["tflite"]["warmup"]
             published = publish_version(
                 saved_model_dir, base_path, model_name, warmup, label, digest,
-                keep_versions=keep_versions, target=target, serving_flags=serving_flags,
+                keep_versions=config.keep_versions, target=target, serving_flags=serving_flags,
                 batching_overrides=batching_overrides, server_base_path=server_base_path,
                 lock_timeout_s=lock_timeout_s)
     except PushRefused as e:

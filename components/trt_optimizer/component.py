@@ -64,13 +64,11 @@ class TrtOptimizer(base_component.BaseComponent):
                  candidates: Optional[Sequence[str]] = _DEFAULTS.candidates):
         # Every check is the config's, at build time, as the CLI's and the executor's.
         config = OptimizerConfig(
-            precision=precision, atol=float(atol), rtol=float(rtol),
-            topk_threshold=float(topk_threshold), iterations=int(iterations),
-            op_denylist=tuple(op_denylist), workspace_bytes=int(workspace_bytes),
-            minimum_segment_size=int(minimum_segment_size),
-            maximum_cached_engines=int(maximum_cached_engines),
-            fail_on_drift=bool(fail_on_drift),
-            candidates=None if candidates is None else tuple(candidates))
+            precision=precision, atol=atol, rtol=rtol, topk_threshold=topk_threshold,
+            iterations=iterations, op_denylist=op_denylist, workspace_bytes=workspace_bytes,
+            minimum_segment_size=minimum_segment_size,
+            maximum_cached_engines=maximum_cached_engines, fail_on_drift=fail_on_drift,
+            candidates=candidates)
         spec = TrtOptimizerSpec(model=model, examples=examples, config=config.to_json(),
                                 optimized_model=channel.Channel(type=standard_artifacts.Model))
         super().__init__(spec=spec)

@@ -1,6 +1,7 @@
 """TrtOptimizer's settings, declared once: defaults and checks in one frozen object
 that the component, the executor and the CLI all build (stored as JSON in one
-execution parameter). No TFX imports.
+execution parameter; the base, tfx_bridge.config, checks field types and
+reads and writes the JSON). No TFX imports.
 
 Example:
     >>> config = OptimizerConfig(iterations=30, candidates=("frozen", "xla-cpu"))
@@ -14,8 +15,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from tfx_bridge.components.trt_optimizer.candidates import CPU_CANDIDATES
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError
@@ -25,13 +25,17 @@ from tfx_bridge.components.trt_optimizer.results import (
     DEFAULT_OP_DENYLIST,
     PRECISIONS,
 )
+from tfx_bridge.config import Config
 
 MIN_ITERATIONS = 10  # fewer timed calls give no p99
 
 
 @dataclasses.dataclass(frozen=True)
-class OptimizerConfig:
+class OptimizerConfig(Config):
     """How a model is optimized and checked (docs/ARCHITECTURE.md, TrtOptimizer)."""
+
+    COMPONENT = "TrtOptimizer"
+    ERROR = OptimizerConfigError
 
     precision: str = "fp32"
     atol: float = DEFAULT_ATOL
@@ -45,11 +49,7 @@ class OptimizerConfig:
     fail_on_drift: bool = True
     candidates: Optional[Tuple[str, ...]] = None  # None: DEFAULT_CPU_CANDIDATES
 
-    def __post_init__(self):
-        # Lists from JSON or callers become tuples: the object stays hashable and frozen.
-        object.__setattr__(self, "op_denylist", tuple(self.op_denylist))
-        if self.candidates is not None:
-            object.__setattr__(self, "candidates", tuple(self.candidates))
+    def problems(self) -> List[str]:
         problems = []
         if self.precision not in PRECISIONS:
             problems.append(f"precision {self.precision!r}: use one of {list(PRECISIONS)}")
@@ -66,28 +66,10 @@ class OptimizerConfig:
         for name in ("workspace_bytes", "minimum_segment_size", "maximum_cached_engines"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        if problems:
-            raise OptimizerConfigError("TrtOptimizer: " + "; ".join(problems) + ".")
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> OptimizerConfig:
-        try:
-            fields = json.loads(text)
-            return cls(**fields)
-        except (TypeError, ValueError) as e:  # unknown keys, wrong shapes, not JSON
-            raise OptimizerConfigError(f"TrtOptimizer config {text[:200]!r}: {e}.") from e
+        return problems
 
     def trt_options(self) -> dict:
+        """TF-TRT's engine settings."""
         return {"workspace_bytes": self.workspace_bytes,
                 "minimum_segment_size": self.minimum_segment_size,
                 "maximum_cached_engines": self.maximum_cached_engines}
-
-    def core_kwargs(self) -> dict:
-        """The keyword arguments of :func:`optimize.optimize` this config sets."""
-        return {"precision": self.precision, "atol": self.atol, "rtol": self.rtol,
-                "topk_threshold": self.topk_threshold, "iterations": self.iterations,
-                "op_denylist": self.op_denylist, "trt_options": self.trt_options(),
-                "candidates": self.candidates}

@@ -45,8 +45,7 @@ class Executor(base_executor.BaseExecutor):
                     if input_dict.get(EXAMPLES_KEY) else None)
         out = artifact_utils.get_single_instance(output_dict[OPTIMIZED_MODEL_KEY])
         config = OptimizerConfig.from_json(exec_properties[CONFIG_KEY])
-        result = optimize.optimize(source, out.uri, examples_dir=examples,
-                                   **config.core_kwargs())
+        result = optimize.optimize(source, out.uri, config, examples_dir=examples)
         report = result.report
         # The PyTorch form travels with the model (docs/ARCHITECTURE.md): once this
         # artifact is blessed, the next training warm-starts from it.

@@ -37,8 +37,6 @@ fleets that do not run experimental flags.
 """
 from __future__ import annotations
 
-import functools
-import inspect
 import os
 import shutil
 import tempfile
@@ -112,45 +110,38 @@ from tfx_bridge.errors import short_message
 from tfx_bridge.storage import fs
 
 
-def _signature_of(local_fn):
-    """optimize takes optimize_local's arguments: help() and IDEs show them."""
-    def apply(fn):
-        functools.update_wrapper(fn, local_fn, assigned=(), updated=())
-        fn.__signature__ = inspect.signature(local_fn)
-        return fn
-    return apply
-
-
-def optimize(model_path: str, output_dir: str, *args, **kwargs) -> OptimizeResult:
+def optimize(model_path: str, output_dir: str, config: Optional[OptimizerConfig] = None,
+             examples_dir: Optional[str] = None, batches: Sequence[int] = DEFAULT_BATCHES,
+             probe: Optional[Probe] = None,
+             extra_candidates: Optional[Dict[str, Callable]] = None) -> OptimizeResult:
     """Optimizes ``model_path`` into ``output_dir``; either may be a URI.
 
     TF-TRT, XLA and the TFLite converter work on local folders: a remote model
     (its Model artifact folder, with the importer's report beside
     Format-Serving) is copied to a local folder first, the output is written
     locally and uploaded when every step has finished, and both copies are
-    removed. Arguments after the first two are :func:`optimize_local`'s.
+    removed. The arguments are :func:`optimize_local`'s.
     """
     if not (fs.is_remote(model_path) or fs.is_remote(output_dir)):
-        return optimize_local(model_path, output_dir, *args, **kwargs)
+        return optimize_local(model_path, output_dir, config, examples_dir, batches, probe,
+                              extra_candidates)
     resolve_saved_model(model_path)  # a clear refusal before anything is copied
     with fs.staged_locally(model_path, output=output_dir) as (local_model, local_out):
-        return optimize_local(local_model, local_out, *args, **kwargs)
+        return optimize_local(local_model, local_out, config, examples_dir, batches, probe,
+                              extra_candidates)
 
 
-def optimize_local(model_path: str, output_dir: str, precision: str = "fp32",
-                   examples_dir: Optional[str] = None, atol: float = DEFAULT_ATOL,
-                   rtol: float = 0.0, topk_threshold: float = 1.0,
-                   iterations: int = DEFAULT_ITERATIONS,
-                   batches: Sequence[int] = DEFAULT_BATCHES, probe: Optional[Probe] = None,
-                   op_denylist: Sequence[str] = DEFAULT_OP_DENYLIST,
-                   extra_candidates: Optional[Dict[str, Callable]] = None,
-                   trt_options: Optional[dict] = None,
-                   candidates: Optional[Sequence[str]] = None) -> OptimizeResult:
+def optimize_local(model_path: str, output_dir: str, config: Optional[OptimizerConfig] = None,
+                   examples_dir: Optional[str] = None, batches: Sequence[int] = DEFAULT_BATCHES,
+                   probe: Optional[Probe] = None,
+                   extra_candidates: Optional[Dict[str, Callable]] = None) -> OptimizeResult:
     """Optimizes ``model_path`` into ``output_dir`` (the Model artifact layout).
 
-    ``candidates`` picks which of ``CPU_CANDIDATES`` are tried on a host
-    without TensorRT (default: ``DEFAULT_CPU_CANDIDATES``, those that need no
-    experimental TF Serving flag; XLA and TFLite are opt-in). ``extra_candidates`` maps a name to
+    ``config`` is the component's one :class:`OptimizerConfig` (default: its
+    defaults), already checked when it was built. Its ``candidates`` pick which
+    of ``CPU_CANDIDATES`` are tried on a host without TensorRT (default:
+    ``DEFAULT_CPU_CANDIDATES``, those that need no experimental TF Serving flag;
+    XLA and TFLite are opt-in). ``extra_candidates`` maps a name to
     ``builder(loaded, out_dir) -> Built`` (tests use it to offer a
     deliberately perturbed variant to the drift gate).
     """
@@ -158,11 +149,10 @@ def optimize_local(model_path: str, output_dir: str, precision: str = "fp32",
 
     from tfx_bridge.components.trt_optimizer import detect
 
-    # The component's checks, once (config.py): a direct call is refused as a build is.
-    OptimizerConfig(precision=precision, atol=atol, rtol=rtol, topk_threshold=topk_threshold,
-                    iterations=iterations, op_denylist=tuple(op_denylist),
-                    candidates=None if candidates is None else tuple(candidates),
-                    **(trt_options or {}))
+    config = config or OptimizerConfig()
+    precision, atol, rtol = config.precision, config.atol, config.rtol
+    topk_threshold, op_denylist = config.topk_threshold, config.op_denylist
+    candidates = config.candidates
     cpu_candidates = DEFAULT_CPU_CANDIDATES if candidates is None else tuple(candidates)
     source = resolve_saved_model(model_path)
     probe = probe or detect.probe()
@@ -191,7 +181,7 @@ def optimize_local(model_path: str, output_dir: str, precision: str = "fp32",
             engines_only(probe.can_run_tensorrt):
         if probe.can_run_tensorrt:
             builders = {BACKEND_TENSORRT: lambda loaded, out: convert_tensorrt(
-                source, out, precision, bench_feeds, op_denylist, trt_options or {})}
+                source, out, precision, bench_feeds, op_denylist, config.trt_options())}
         else:
             if precision != "fp32":
                 raise OptimizerConfigError(
@@ -218,7 +208,7 @@ def optimize_local(model_path: str, output_dir: str, precision: str = "fp32",
         for b in batches:
             timed = measure_interleaved(
                 {name: (s.call, s.prepare(bench_feeds[b])) for name, s in servables.items()},
-                iterations)
+                config.iterations)
             for name, latency in timed.items():
                 by_name[name].latency.append(latency)
 
@@ -262,4 +252,3 @@ def choose(results: List[CandidateResult], trt: bool) -> CandidateResult:
 __all__ = ["optimize", "choose", "drift", "measure"]
 
 
-optimize = _signature_of(optimize_local)(optimize)

@@ -160,9 +160,44 @@ def test_cli_run_model_source_research_root_takes_newest_span(tmp_path):
     for span in (1, 2, 10):
         (tmp_path / "research" / f"span-{span}").mkdir(parents=True)
         (tmp_path / "research" / f"span-{span}" / "weights.pt").write_bytes(b"w")
-    (tmp_path / "data" / "span-1").mkdir(parents=True)
+    _parquet(tmp_path / "data" / "span-1", pa.table({"a": [1]}))
     chosen, note = runner.check_run_inputs(str(tmp_path / "data"), str(tmp_path / "research"))
     assert chosen == str(tmp_path / "research" / "span-10") and "newest span" in note
+
+
+@pytest.mark.parametrize("flag, module, needle", [
+    ("--trainer-module", "missing.py", "missing.py: no such file"),
+    ("--trainer-module", "nosuchpkg.train.run_fn", "module 'nosuchpkg.train' does not import"),
+    ("--preprocessing-module", "broken.py", "does not import: SyntaxError"),
+])
+def test_cli_run_broken_user_module_refused_before_the_pipeline(tmp_path, capfd, flag,
+                                                                module, needle):
+    import time
+
+    (tmp_path / "broken.py").write_text("def preprocessing_fn(inputs)\n")
+    _parquet(tmp_path / "data" / "span-1", pa.table({"a": [1]}))
+    start = time.monotonic()
+    code, _, err = _main(capfd, "run", "--data-root", str(tmp_path / "data"),
+                         "--serving-base-path", str(tmp_path / "s"), "--workdir",
+                         str(tmp_path / "w"), flag,
+                         str(tmp_path / module) if module.endswith(".py") else module)
+    _refused(code, err, f"{flag} ", needle)
+    assert time.monotonic() - start < 20 and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("rows", [None, 0])
+def test_cli_run_newest_span_without_files_or_rows_refused_by_name(tmp_path, capfd, rows):
+    _parquet(tmp_path / "data" / "span-1", pa.table({"a": [1, 2]}))
+    newest = tmp_path / "data" / "span-2"
+    newest.mkdir()
+    if rows is not None:  # a file, with a schema and no rows
+        _parquet(newest, pa.table({"a": pa.array([], pa.int64())}))
+    code, _, err = _main(capfd, "run", "--data-root", str(tmp_path / "data"),
+                         "--serving-base-path", str(tmp_path / "s"),
+                         "--workdir", str(tmp_path / "w"))
+    _refused(code, err, f"The newest span {'folder ' if rows is None else ''}{newest} holds "
+             + ("no file matching '*.parquet'" if rows is None else "0 rows in 1 file(s)"))
+    assert not (tmp_path / "s").exists()  # nothing pushed
 
 
 @pytest.mark.parametrize("args,needle", [

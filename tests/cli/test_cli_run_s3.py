@@ -43,8 +43,11 @@ def test_cli_run_with_every_root_on_s3_pushes_a_loadable_version(tmp_path, s3_bu
     assert summary["pushed"] and summary["pushed_version"] == 1, summary["push_reason"]
     assert summary["pushed_path"] == fs.join(serving_base, "ctr", "1")
     assert set(summary["prediction"]) >= {"score"}
-    # Every artifact went to the s3 pipeline root; only MLMD and the log are local.
-    assert sorted(os.listdir(work)) == ["metadata.sqlite", "pipeline.log"]
+    # Every artifact went to the s3 pipeline root; only MLMD, the log and the run lock
+    # (released: empty) are local.
+    assert sorted(os.listdir(work)) == [".tfx-bridge-run.lock", "metadata.sqlite",
+                                        "pipeline.log"]
+    assert os.path.getsize(os.path.join(work, ".tfx-bridge-run.lock")) == 0
     produced = fs.listdir(fs.join(root))
     assert {"ParquetExampleGen", "StatisticsGen", "Evaluator", "ServingPusher"} <= set(
         produced), produced

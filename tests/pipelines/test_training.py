@@ -196,6 +196,29 @@ def test_trainer_executor_same_examples_reemits_base_model(trained, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_trainer_executor_run_fn_that_raises_named_with_the_users_line(trained, tmp_path):
+    from tfx.types import standard_artifacts
+
+    from tfx_bridge.components.pytorch_trainer.errors import RunFnError
+
+    module = tmp_path / "my_trainer.py"
+    module.write_text("def run_fn(fn_args):\n    steps = fn_args.train_steps\n"
+                      "    raise ValueError(f'learning rate schedule needs {steps} > 10')\n")
+    examples = standard_artifacts.Examples()
+    examples.uri, examples.split_names = trained["transformed"], '["train", "eval"]'
+    graph = standard_artifacts.TransformGraph()
+    graph.uri = trained["graph"]
+    out, run = standard_artifacts.Model(), standard_artifacts.ModelRun()
+    out.uri, run.uri = str(tmp_path / "model"), str(tmp_path / "run")
+    with pytest.raises(RunFnError, match=rf"the run_fn {module} raised ValueError: learning "
+                       rf"rate schedule needs 5 > 10 \(at {module}:3 in run_fn\)"):
+        trainer_executor.Executor().Do(
+            {"examples": [examples], "transform_graph": [graph]},
+            {"model": [out], "model_run": [run]},
+            {"module_file": str(module), "train_args": '{"num_steps": 5}',
+             "eval_args": "{}", "custom_config": "null"})
+
+
 @pytest.fixture(scope="module")
 def handed_over(trained, tmp_path_factory):
     """Hand-over mode: the research team trained on Transform's output with the reader

@@ -83,7 +83,7 @@ def test_pipeline_bad_data_fails_run_with_typed_error(tmp_path):
 
 
 def test_component_build_bad_columns_refused():
-    with pytest.raises(ParquetConfigError, match=r"columns must be a list of names"):
+    with pytest.raises(ParquetConfigError, match=r"columns must be a list of strings, got 'a,b'"):
         ParquetExampleGen(input_base="/x", columns="a,b")
     with pytest.raises(ParquetConfigError, match=r"columns has duplicates"):
         ParquetExampleGen(input_base="/x", columns=["a", "a"])
@@ -104,7 +104,7 @@ def test_component_defaults_match_stock_examplegen():
     props = gen.exec_properties
     assert json.loads(props["output_config"])["split_config"]["splits"] == [
         {"name": "train", "hash_buckets": 2}, {"name": "eval", "hash_buckets": 1}]
-    assert props["columns"] is None
+    assert json.loads(props["config"]) == {"columns": None, "batch_size": 20_000}
     assert gen.outputs["examples"].type_name == "Examples"
     assert isinstance(gen, FileBasedExampleGen)
 
@@ -127,8 +127,8 @@ def test_kubeflow_v2_compile_uses_stock_driver_and_our_executor(tmp_path):
     driver = gen_exec["lifecycle"]["preCacheCheck"]["command"]
     assert driver[-1] == "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver"
     task_params = spec["root"]["dag"]["tasks"]["ParquetExampleGen"]["inputs"]["parameters"]
-    columns = task_params["columns"]["runtimeValue"]["constantValue"]["stringValue"]
-    assert json.loads(columns) == ["user_id", "clicked"]
+    config = task_params["config"]["runtimeValue"]["constantValue"]["stringValue"]
+    assert json.loads(config)["columns"] == ["user_id", "clicked"]
     assert "span-{SPAN}" in task_params["input_config"]["runtimeValue"]["constantValue"][
         "stringValue"]
     assert set(spec["root"]["dag"]["tasks"]) == {"ParquetExampleGen", "StatisticsGen",

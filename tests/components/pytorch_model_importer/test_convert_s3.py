@@ -32,7 +32,8 @@ def test_import_then_optimize_s3_source_and_outputs(tmp_path, s3_bucket):
 
     optimized = fs.join(s3_bucket, "optimized")
     probe = detect.Probe(False, 0, None, None, "not probed in this test (CPU path)")
-    out = optimize.optimize(imported, optimized, iterations=10, probe=probe)
+    out = optimize.optimize(imported, optimized, optimize.OptimizerConfig(iterations=10),
+                            probe=probe)
     assert out.blessed
     saved = json.loads(fs.read_text(fs.join(optimized, "report.json")))
     assert saved["candidate"] == out.report["candidate"]

@@ -84,15 +84,3 @@ def test_component_warmup_records_out_of_range_refused_at_build(records):
     with pytest.raises(PusherConfigError, match=rf"warmup_records {records}: use 1 to 1000"):
         ServingPusher(model=channel.Channel(type=standard_artifacts.Model), base_path="/s",
                       model_name="ctr", warmup_records=records)
-
-
-def test_executor_zero_parameter_kept_not_defaulted():
-    """0 is a value: the executor passes it on (the core refuses it), only None defaults."""
-    from tfx_bridge.components.serving_pusher import executor, serving
-
-    assert executor._given({executor.WARMUP_RECORDS_KEY: 0}, executor.WARMUP_RECORDS_KEY,
-                           serving.DEFAULT_WARMUP_RECORDS) == 0
-    assert executor._given({}, executor.WARMUP_RECORDS_KEY,
-                           serving.DEFAULT_WARMUP_RECORDS) == serving.DEFAULT_WARMUP_RECORDS
-    with pytest.raises(PusherConfigError, match=r"warmup_records must be in \[1, 1000\]"):
-        serving.push("/nonexistent", "/s", "ctr", warmup_records=0)

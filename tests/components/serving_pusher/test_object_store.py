@@ -56,7 +56,7 @@ def _score(version_dir: str) -> float:
 
 def test_push_and_rollback_on_s3_base_path_keep_labels_configs_and_versions(models, s3_bucket):
     base = fs.join(s3_bucket, "serving")
-    first = serving.push(models["a"], base, "ctr")
+    first = serving.push(models["a"], serving.PusherConfig(base, "ctr"))
     assert first.version == 1 and first.destination == fs.join(base, "ctr", "1"), first.reason
     # The second only publishes (its checks are the first's; they are not what is tested).
     warmup = fs.join(base, "ctr", "1", serving.WARMUP_DIR, serving.WARMUP_FILE)

@@ -32,9 +32,14 @@ def test_config_from_json_unknown_key_or_not_json_refused(text, match):
         OptimizerConfig.from_json(text)
 
 
-def test_config_core_kwargs_carry_every_setting_the_core_takes():
+def test_config_trt_options_are_the_engine_settings():
     config = OptimizerConfig(workspace_bytes=1 << 20, candidates=["frozen"])
-    kwargs = config.core_kwargs()
-    assert kwargs["trt_options"] == {"workspace_bytes": 1 << 20, "minimum_segment_size": 3,
-                                     "maximum_cached_engines": 1}
-    assert kwargs["candidates"] == ("frozen",) and kwargs["iterations"] == DEFAULT_ITERATIONS
+    assert config.trt_options() == {"workspace_bytes": 1 << 20, "minimum_segment_size": 3,
+                                    "maximum_cached_engines": 1}
+    assert config.candidates == ("frozen",) and config.iterations == DEFAULT_ITERATIONS
+
+
+def test_config_wrong_kind_refused_by_name_not_a_raw_type_error():
+    with pytest.raises(OptimizerConfigError, match=r"^TrtOptimizer: iterations must be an int, "
+                       r"got '30' \(str\)"):
+        OptimizerConfig(iterations="30")

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 import tensorflow as tf  # noqa: E402
 
 from tfx_bridge.components.trt_optimizer import detect, optimize  # noqa: E402
+from tfx_bridge.components.trt_optimizer.config import OptimizerConfig  # noqa: E402
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError  # noqa: E402
 
 
@@ -69,9 +70,9 @@ def test_probe_without_tensorrt_reports_reason_and_survives():
 @pytest.mark.slow
 def test_cpu_path_end_to_end_rejects_perturbed_candidate(imported_moe, tmp_path):
     out = str(tmp_path / "opt")
-    result = optimize.optimize(imported_moe, out, iterations=30, probe=probe(),
-                               candidates=list(optimize.CPU_CANDIDATES),
-                               extra_candidates={"perturbed": _perturbed})
+    result = optimize.optimize(imported_moe, out, OptimizerConfig(
+        iterations=30, candidates=optimize.CPU_CANDIDATES), probe=probe(),
+        extra_candidates={"perturbed": _perturbed})
     report = result.report
     by_name = {c["name"]: c for c in report["candidates"]}
     assert by_name["perturbed"]["passed"] is False  # the drift gate rejected it
@@ -102,7 +103,7 @@ def test_cpu_path_end_to_end_rejects_perturbed_candidate(imported_moe, tmp_path)
 @pytest.mark.slow
 def test_default_cpu_run_needs_no_experimental_serving_flag(imported_mlp, tmp_path):
     out = str(tmp_path / "opt")
-    result = optimize.optimize(imported_mlp, out, iterations=20, probe=probe())
+    result = optimize.optimize(imported_mlp, out, OptimizerConfig(iterations=20), probe=probe())
     names = [c["name"] for c in result.report["candidates"]]
     assert names == ["original", *optimize.DEFAULT_CPU_CANDIDATES]
     assert "tflite" not in names and not any(n.startswith("xla") for n in names)
@@ -118,7 +119,8 @@ def test_default_cpu_run_needs_no_experimental_serving_flag(imported_mlp, tmp_pa
 @pytest.mark.slow
 def test_tflite_candidate_matches_original_and_keeps_savedmodel(imported_mlp, tmp_path):
     out = str(tmp_path / "opt")
-    result = optimize.optimize(imported_mlp, out, iterations=30, candidates=["tflite"],
+    result = optimize.optimize(imported_mlp, out, OptimizerConfig(iterations=30,
+                                                                  candidates=["tflite"]),
                                probe=probe())
     lite = next(c for c in result.report["candidates"] if c["name"] == "tflite")
     assert lite["passed"] and lite["error"] is None and len(lite["latency"]) == 2
@@ -173,7 +175,8 @@ def test_drift_changed_dtype_is_drift():
 
 def test_optimize_unknown_candidate_refused(imported_mlp, tmp_path):
     with pytest.raises(OptimizerConfigError, match=r"unknown candidates \['onnxruntime'\]"):
-        optimize.optimize(imported_mlp, str(tmp_path / "o"), candidates=["onnxruntime"])
+        optimize.optimize(imported_mlp, str(tmp_path / "o"),
+                          OptimizerConfig(candidates=["onnxruntime"]))
 
 
 def test_drift_integer_outputs_exact_or_topk_threshold():
@@ -193,7 +196,8 @@ def test_optimize_fp16_without_tensorrt_refused(imported_moe, tmp_path):
     if probe().can_run_tensorrt:
         pytest.skip("this host has TensorRT: fp16 is allowed here")
     with pytest.raises(OptimizerConfigError, match=r"precision fp16 needs TensorRT"):
-        optimize.optimize(imported_moe, str(tmp_path / "o"), precision="fp16", probe=probe())
+        optimize.optimize(imported_moe, str(tmp_path / "o"), OptimizerConfig(precision="fp16"),
+                          probe=probe())
 
 
 @pytest.mark.gpu
@@ -202,8 +206,8 @@ def test_tensorrt_fp16_conversion_runs_engines(imported_moe, tmp_path):
     if not probe().can_run_tensorrt:
         pytest.skip(f"TensorRT cannot run here: {probe().why_not()}")
     out = str(tmp_path / "trt")
-    result = optimize.optimize(imported_moe, out, precision="fp16", iterations=30,
-                               probe=probe(), topk_threshold=0.95, atol=1e-2)
+    result = optimize.optimize(imported_moe, out, OptimizerConfig(
+        precision="fp16", iterations=30, topk_threshold=0.95, atol=1e-2), probe=probe())
     assert result.backend == "tensorrt" and result.requires_gpu
     assert result.report["tensorrt"]["ran"] is True
     assert os.path.exists(os.path.join(out, "Format-Serving", "trt_summary.txt"))

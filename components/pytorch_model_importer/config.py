@@ -1,0 +1,109 @@
+"""PyTorchModelImporter's settings, declared once: defaults and checks in one frozen
+object that the component, the executor and the CLI all build (stored as JSON in
+one execution parameter). No TFX, torch or TF imports.
+
+Example:
+    >>> config = ImporterConfig(source_kind="torchscript", source_path="/m/model.pt",
+    ...                         inputs=["x:float32:-1,16"], output_names=["score"])
+    >>> ImporterConfig.from_json(config.to_json()) == config
+    True
+    >>> ImporterConfig(opset=9)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tfx_bridge.components.pytorch_model_importer.errors.ImporterConfigError: ...
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional, Sequence, Tuple
+
+from tfx_bridge.components.pytorch_model_importer import signature, source
+from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
+from tfx_bridge.components.pytorch_model_importer.export import (
+    DEFAULT_OPSET,
+    MAX_OPSET,
+    MIN_OPSET,
+)
+from tfx_bridge.components.pytorch_model_importer.source import (
+    SOURCE_STATE_DICT,
+    SOURCES,
+    ModelSource,
+)
+from tfx_bridge.components.pytorch_model_importer.to_tf.converters import AUTO, CHOICES
+from tfx_bridge.components.pytorch_model_importer.verify import DEFAULT_ATOL
+from tfx_bridge.config import Config
+from tfx_bridge.errors import BridgeError
+
+
+@dataclasses.dataclass(frozen=True)
+class ImporterConfig(Config):
+    """What is imported and how it is checked (docs/ARCHITECTURE.md, the importer).
+
+    ``inputs`` and ``output_names`` may stay empty when the source is a model
+    folder with a ``Format-PyTorch/`` spec (PyTorchTrainer's): they come from
+    the spec, declared once where the model is trained.
+    """
+
+    COMPONENT = "PyTorchModelImporter"
+    ERROR = ImporterConfigError
+
+    source_kind: str = SOURCE_STATE_DICT
+    # The model file; relative to the source model folder when one is given.
+    source_path: Optional[str] = None
+    module_class: Optional[str] = None  # pkg.mod:Class, for state_dict sources
+    module_kwargs: Optional[dict] = None
+    inputs: Tuple[str, ...] = ()  # name:dtype:shape[:lo..hi] per input, in order
+    output_names: Tuple[str, ...] = ()
+    opset: int = DEFAULT_OPSET
+    atol: float = DEFAULT_ATOL
+    rtol: float = 0.0
+    fail_on_not_equivalent: bool = True
+    converter: str = AUTO
+    # Graph rewrites before onnx2tf (off only to see what they fix).
+    graph_rewrites: bool = True
+
+    def problems(self) -> List[str]:
+        problems = []
+        if self.source_kind not in SOURCES:
+            problems.append(f"source_kind {self.source_kind!r}: use one of {list(SOURCES)}")
+        if not MIN_OPSET <= self.opset <= MAX_OPSET:
+            problems.append(f"opset {self.opset}: use {MIN_OPSET} to {MAX_OPSET} "
+                            f"(default {DEFAULT_OPSET})")
+        if self.converter not in CHOICES:
+            problems.append(f"converter {self.converter!r}: use one of {', '.join(CHOICES)}")
+        if self.atol < 0 or self.rtol < 0:
+            problems.append(f"atol and rtol must be >= 0, got {self.atol} and {self.rtol}")
+        for declared, check in ((self.inputs, signature.parse_input_specs),
+                                (self.output_names, signature.check_output_names)):
+            if declared:
+                try:
+                    check(declared)
+                except BridgeError as e:  # a bad spec text, a bad or repeated name
+                    problems.append(str(e).rstrip("."))
+        return problems
+
+    def source_problems(self, has_source_model: bool) -> List[str]:
+        """What a build can tell about the source: a file or a model folder, and a
+        state_dict's class unless a model folder's spec names it."""
+        if self.source_path is None and not has_source_model:
+            return ["give source_path, source_model, or both"]
+        if has_source_model and not (self.inputs or self.output_names or self.module_class):
+            return []  # everything comes from the source model's spec at run time
+        problems = []
+        if self.source_kind == SOURCE_STATE_DICT and not self.module_class:
+            problems.append("a state_dict source needs module_class (pkg.mod:Class)")
+        if not self.inputs:
+            problems.append("declare every model input as name:dtype:shape, in forward() order "
+                            "(inputs)")
+        if not self.output_names:
+            problems.append("name every model output, in order (output_names)")
+        return problems
+
+    def resolve(self, folder: str = "") -> Tuple[ModelSource, Sequence[str], Sequence[str]]:
+        """(the source, input spec texts, output names) of this import: from the model
+        folder's ``Format-PyTorch/`` spec when ``folder`` holds one, else the declared
+        ones (``source_path`` relative to ``folder`` when it is given). Both routes, the
+        component's and ``tfx-bridge import-model``'s, resolve here."""
+        return source.from_model_folder(
+            folder, self.inputs, self.output_names, self.module_class, self.source_kind,
+            self.source_path or "", self.module_kwargs or {})

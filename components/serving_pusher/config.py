@@ -1,0 +1,100 @@
+"""ServingPusher's settings, declared once: defaults and checks in one frozen object
+that the component, the executor and the CLI all build (stored as JSON in one
+execution parameter). No TFX imports.
+
+Example:
+    >>> config = PusherConfig(base_path="/serving/models", model_name="ctr", label="canary")
+    >>> PusherConfig.from_json(config.to_json()) == config
+    True
+    >>> PusherConfig(base_path="/serving/models", model_name="ctr", warmup_records=0)
+    Traceback (most recent call last):
+    ...
+    tfx_bridge.components.serving_pusher.errors.PusherConfigError: ServingPusher: ...
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional
+
+from tfx_bridge.components.serving_pusher.base_layout import (
+    BATCHING_FIELDS,
+    DEFAULT_KEEP_VERSIONS,
+    DEFAULT_WARMUP_RECORDS,
+    LABELS,
+    MAX_WARMUP,
+    SERVER_MOUNT,
+    TARGETS,
+)
+from tfx_bridge.components.serving_pusher.errors import PusherConfigError
+from tfx_bridge.config import Config
+from tfx_bridge.errors import BridgeError
+from tfx_bridge.storage import fs
+from tfx_bridge.storage.names import check_segment
+
+
+def check_model_name(model_name: str) -> str:
+    """A model name is a folder under the base path and a key in models.config: one safe
+    path segment, and not a number (TF Serving would read it as a version)."""
+    check_segment(model_name, "Model name")
+    if model_name.isdigit():
+        raise PusherConfigError(
+            f"Model name {model_name!r} is a number: TF Serving reads integer folders as "
+            "versions. Use a name such as 'ctr'.")
+    return model_name
+
+
+def base_path_problem(base_path: str) -> Optional[str]:
+    """Local folders and ``s3://`` only: publishing on an object store needs
+    conditional writes (object_store.py), which the filesystem layer has for s3;
+    a push must never fall back to a local folder named ``gs:``."""
+    if fs.is_remote(base_path) and not base_path.startswith("s3://"):
+        return (f"base path {base_path}: ServingPusher publishes to local or mounted folders "
+                "and to s3:// (versions are taken by conditional writes, which tfx-bridge "
+                "implements for S3 only). Push to s3://, or to a folder the server mounts "
+                "(e.g. a GCS FUSE volume)")
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class PusherConfig(Config):
+    """Where a model is pushed and how it is served (docs/ARCHITECTURE.md, ServingPusher)."""
+
+    COMPONENT = "ServingPusher"
+    ERROR = PusherConfigError
+
+    base_path: str
+    model_name: str
+    label: str = "stable"
+    target: str = "cpu"
+    # Push even when serving_default's inputs or outputs differ from the served version's.
+    allow_contract_change: bool = False
+    keep_versions: int = DEFAULT_KEEP_VERSIONS
+    warmup_records: int = DEFAULT_WARMUP_RECORDS
+    # BatchingParameters fields over the target's defaults.
+    batching_parameters: Optional[dict] = None
+    # Where the server sees base_path (the manifest's mount; models.config points there).
+    server_base_path: str = SERVER_MOUNT
+
+    def problems(self) -> List[str]:
+        problems = []
+        try:
+            check_model_name(self.model_name)
+        except BridgeError as e:
+            problems.append(str(e).rstrip("."))
+        why = base_path_problem(self.base_path)
+        if why:
+            problems.append(why)
+        if self.label not in LABELS:
+            problems.append(f"label {self.label!r}: use one of {list(LABELS)}")
+        if self.target not in TARGETS:
+            problems.append(f"target {self.target!r}: use one of {list(TARGETS)}")
+        if self.keep_versions < 1:
+            problems.append(f"keep_versions must be >= 1, got {self.keep_versions}")
+        if not 1 <= self.warmup_records <= MAX_WARMUP:
+            problems.append(f"warmup_records {self.warmup_records}: use 1 to {MAX_WARMUP} "
+                            "(TF Serving replays them at load; a push always writes warmup)")
+        unknown = sorted(set(self.batching_parameters or {}) - BATCHING_FIELDS)
+        if unknown:
+            problems.append(f"unknown batching fields {unknown}; known: "
+                            f"{sorted(BATCHING_FIELDS)}")
+        return problems

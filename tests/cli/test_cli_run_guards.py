@@ -1,0 +1,87 @@
+"""What ``run`` and ``demo`` settle before any pipeline work: one run at a time (a
+workdir or served model another run holds: exit 4 naming the holder; a dead holder's
+lock taken over and said so), and folders that cannot work (exit 2)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tfx_bridge import cli
+from tfx_bridge.runlock import LOCK_FILE
+
+_HOLD = ("import sys, time\n"
+         "from tfx_bridge.runlock import run_lock\n"
+         "with run_lock(sys.argv[1], command='tfx-bridge run (the 02:00 cron)',\n"
+         "              name=sys.argv[2]):\n"
+         "    print('held', flush=True)\n"
+         "    time.sleep(600)\n")
+
+
+def _main(capfd, *args):
+    code = cli.main(list(args))
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+def _run_args(tmp_path):
+    (tmp_path / "data" / "span-1").mkdir(parents=True)
+    pq.write_table(pa.table({"a": [1, 2]}), str(tmp_path / "data" / "span-1" / "p.parquet"))
+    return ["run", "--data-root", str(tmp_path / "data"), "--serving-base-path",
+            str(tmp_path / "serving"), "--workdir", str(tmp_path / "work")]
+
+
+@pytest.mark.parametrize("held", ["work", "serving"])
+def test_cli_run_while_another_run_holds_workdir_or_model_exit_4_naming_it(tmp_path, capfd,
+                                                                          held):
+    name = LOCK_FILE if held == "work" else ".tfx-bridge-run-ctr.lock"
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path / held), name],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        import tfx_bridge.pipelines.runner  # noqa: F401  (imports are not the pipeline's work)
+        start = time.monotonic()
+        code, _, err = _main(capfd, *_run_args(tmp_path), "--json")
+        assert code == cli.EXIT_BUSY, err
+        assert f"pid {proc.pid}" in err and "tfx-bridge run (the 02:00 cron)" in err, err
+        assert "--lock-timeout" in err and "Traceback" not in err
+        assert time.monotonic() - start < 20  # refused before any pipeline work
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_cli_run_lock_left_by_a_dead_run_taken_over_and_said(tmp_path, capfd):
+    (tmp_path / "work").mkdir()
+    dead = {"pid": 999_999_999, "host": "cron-host", "started": "2026-12-01T02:00:00+00:00",
+            "command": "tfx-bridge run --workdir work"}
+    (tmp_path / "work" / LOCK_FILE).write_text(json.dumps(dead))
+    # Past the lock, the missing trainer module is refused (exit 2): nothing else runs.
+    code, _, err = _main(capfd, *_run_args(tmp_path), "--trainer-module",
+                         str(tmp_path / "missing.py"))
+    assert "Took over the run lock of this workdir from a run that died holding it (pid " \
+           "999999999 on cron-host, started 2026-12-01T02:00:00+00:00" in err, err
+    assert code == cli.EXIT_BAD_INPUT
+    assert (tmp_path / "work" / LOCK_FILE).read_text() == ""  # released, holder cleared
+
+
+def test_cli_demo_workdir_that_is_a_file_refused_exit_2(tmp_path, capfd):
+    (tmp_path / "f").write_text("x")
+    code, _, err = _main(capfd, "demo", "--workdir", str(tmp_path / "f"))
+    assert code == cli.EXIT_BAD_INPUT, err
+    assert f"{tmp_path / 'f'} is a file, not a folder" in err and "Traceback" not in err
+    assert os.path.isfile(tmp_path / "f")
+
+
+def test_cli_demo_object_root_not_a_uri_refused_exit_2(tmp_path, capfd):
+    code, _, err = _main(capfd, "demo", "--workdir", str(tmp_path / "w"), "--object-root",
+                         str(tmp_path / "store"))
+    assert code == cli.EXIT_BAD_INPUT, err
+    assert "is not a URI: give s3://bucket/prefix" in err
+    assert not (tmp_path / "store").exists() and not (tmp_path / "w").exists()

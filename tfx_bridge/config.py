@@ -1,0 +1,106 @@
+"""The base of every component's one config: a frozen dataclass whose fields are
+type-checked, whose own checks all run before one refusal, and which travels as
+JSON in one execution parameter.
+
+A component's ``config.py`` declares its fields with defaults (written once),
+``COMPONENT`` (the name that opens every message), ``ERROR`` (its typed
+``BridgeError``) and ``problems()`` (its range and consistency checks, each a
+sentence with the fix). The component, the executor and the CLI all build that
+one object; no TFX imports here or there.
+
+Example:
+    >>> import dataclasses
+    >>> from tfx_bridge.errors import BridgeError
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class Demo(Config):
+    ...     COMPONENT = "Demo"
+    ...     ERROR = BridgeError
+    ...     records: int = 10
+    ...     def problems(self):
+    ...         return [] if self.records > 0 else [f"records must be > 0, got {self.records}"]
+    >>> Demo.from_json(Demo(records=3).to_json())
+    Demo(records=3)
+    >>> Demo(records="3")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tfx_bridge.errors.BridgeError: Demo: records must be an int, got '3' (str).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from typing import Any, ClassVar, List, Tuple, Type
+
+from tfx_bridge.errors import BridgeError
+
+_NAMES = {bool: "a bool", int: "an int", float: "a number", str: "a string",
+          dict: "a JSON object (dict)"}
+_PLURALS = {bool: "bools", int: "ints", float: "numbers", str: "strings"}
+
+
+def _kind_problem(name: str, value: Any, hint: Any) -> Tuple[Any, str]:
+    """(the value normalized to ``hint``, '' or the sentence saying why it is not)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is typing.Union:  # Optional[X]: None, or an X
+        if value is None:
+            return None, ""
+        return _kind_problem(name, value, next(a for a in args if a is not type(None)))
+    if typing.get_origin(hint) is tuple:  # Tuple[X, ...]: any sequence but a string
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            return value, (f"{name} must be a list of {_PLURALS.get(args[0], 'values')}, "
+                           f"got {value!r} ({type(value).__name__})")
+        items = []
+        for i, item in enumerate(value):
+            item, why = _kind_problem(f"{name}[{i}]", item, args[0])
+            if why:
+                return value, why
+            items.append(item)
+        return tuple(items), ""
+    ok = (isinstance(value, hint) and not (hint is int and isinstance(value, bool))
+          or hint is float and isinstance(value, int) and not isinstance(value, bool))
+    if not ok:
+        return value, (f"{name} must be {_NAMES.get(hint, hint.__name__)}, got {value!r} "
+                       f"({type(value).__name__})")
+    return (float(value) if hint is float else value), ""
+
+
+class Config:
+    """Mixed into a frozen dataclass: typed fields, collected checks, JSON."""
+
+    COMPONENT: ClassVar[str] = "tfx-bridge"
+    ERROR: ClassVar[Type[BridgeError]] = BridgeError
+
+    def problems(self) -> List[str]:
+        """The component's own checks on well-typed fields; each says the fix."""
+        return []
+
+    def __post_init__(self):
+        hints = typing.get_type_hints(type(self))
+        kinds = []
+        for field in dataclasses.fields(self):
+            value, why = _kind_problem(field.name, getattr(self, field.name),
+                                       hints[field.name])
+            if why:
+                kinds.append(why)
+            else:  # lists become tuples, ints given for floats floats: frozen and hashable
+                object.__setattr__(self, field.name, value)
+        # Range checks only make sense on well-typed fields.
+        problems = kinds or self.problems()
+        if problems:
+            raise self.ERROR(f"{self.COMPONENT}: " + "; ".join(problems) + ".")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str):
+        try:
+            fields = json.loads(text)
+            if not isinstance(fields, dict):
+                raise ValueError(f"a JSON object expected, got {type(fields).__name__}")
+            return cls(**fields)
+        except (TypeError, ValueError) as e:  # unknown keys, wrong shapes, not JSON
+            if isinstance(e, BridgeError):
+                raise
+            raise cls.ERROR(f"{cls.COMPONENT} config {text[:200]!r}: {e}.") from e

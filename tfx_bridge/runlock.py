@@ -1,0 +1,164 @@
+"""One run at a time: an exclusive lock on a local folder (a pipeline's workdir, a
+serving base path), naming its holder.
+
+``flock`` on a file in the folder: the kernel releases it when the holder dies,
+however it dies, so a crashed or killed run never blocks the next one. The
+holder writes who it is (pid, host, start time, command) into the file and
+empties it when it finishes; a run that finds the lock free but the file still
+naming a holder knows that holder died holding it, takes the lock over and
+says so. Object-store paths take no lock here: every shared write there is
+conditional (the pusher's object_store). The lock is per host: two machines
+sharing a workdir over NFS are not serialized by it (a workdir holds MLMD's
+SQLite file, which is not safe to share that way either).
+
+Example:
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with run_lock(d, command="tfx-bridge run") as taken_over:
+    ...         print(taken_over)
+    None
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import errno
+import fcntl
+import json
+import os
+import socket
+import stat
+import sys
+import time
+from typing import Callable, Iterator, Optional
+
+from tfx_bridge.errors import BridgeError, Busy
+
+LOCK_FILE = ".tfx-bridge-run.lock"
+_MAX_HOLDER_BYTES = 4096  # what a holder writes is small; a bigger file is not ours
+
+
+class RunLocked(Busy):
+    """Another run holds the lock: nothing is wrong with the input; retry later.
+
+    The CLI exits 4 (busy, retryable).
+    """
+
+
+class RunLockError(BridgeError):
+    """The lock file is not a regular file this run can open (a FIFO, a symlink)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    """Who holds (or last held) a run lock."""
+
+    pid: int
+    host: str
+    started: str  # ISO 8601, UTC
+    command: str
+
+    def describe(self) -> str:
+        return (f"pid {self.pid} on {self.host}, started {self.started}, "
+                f"command: {self.command}")
+
+    @classmethod
+    def parse(cls, text: str) -> Optional[Holder]:
+        """The holder a lock file names; None when it names none (or not readably)."""
+        try:
+            fields = json.loads(text)
+            return cls(int(fields["pid"]), str(fields["host"]), str(fields["started"]),
+                       str(fields["command"]))
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+def _this_run(command: Optional[str]) -> Holder:
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return Holder(os.getpid(), socket.gethostname(), started,
+                  command or " ".join(os.path.basename(a) if i == 0 else a
+                                      for i, a in enumerate(sys.argv))[:500])
+
+
+def _read(fd: int) -> str:
+    return os.pread(fd, _MAX_HOLDER_BYTES, 0).decode("utf-8", errors="replace")
+
+
+def _open_lock_file(path: str) -> int:
+    """The lock file, opened without following a symlink or blocking on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RunLockError(f"{path} is a symlink; remove it (a run lock is a plain "
+                               "file tfx-bridge makes itself).") from e
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunLockError(f"{path} is not a regular file; remove it (a run lock is a plain "
+                           "file tfx-bridge makes itself).")
+    return fd
+
+
+def wait_for_flock(fd: int, timeout_s: float, poll_s: float = 0.05) -> bool:
+    """Takes an exclusive ``flock`` on ``fd``, waiting up to ``timeout_s`` seconds;
+    False when another holder kept it that long."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+
+
+@contextlib.contextmanager
+def run_lock(folder: str, timeout_s: float = 0.0, command: Optional[str] = None,
+             what: str = "this workdir", name: str = LOCK_FILE,
+             on_take_over: Optional[Callable[[str, Holder], None]] = None
+             ) -> Iterator[Optional[Holder]]:
+    """Holds ``folder``'s run lock for the block; yields the holder it took the lock
+    over from (a run that died holding it), or None.
+
+    Waits up to ``timeout_s`` seconds for another holder (0: refuse at once),
+    then raises :class:`RunLocked` naming it. ``name`` is the lock file's
+    (a dot-name: TF Serving and the pusher skip those in a base path).
+    ``on_take_over(what, dead_holder)`` is called when a dead run's lock is taken.
+    """
+    from tfx_bridge.storage import fs
+
+    if fs.is_remote(folder):
+        yield None
+        return
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise RunLockError(f"{folder} is a file, not a folder: give a folder for {what}.")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, name)
+    fd = _open_lock_file(path)
+    try:
+        if not wait_for_flock(fd, timeout_s, poll_s=0.2):
+            holder = Holder.parse(_read(fd))
+            who = holder.describe() if holder else "a holder that has not said who"
+            waited = f" for {timeout_s:g}s" if timeout_s else ""
+            raise RunLocked(
+                f"Another run holds {what} ({path}): {who}. Waited{waited or ' not'}; this "
+                "is a lock, not bad input: retry when it finishes, or wait for it with "
+                "--lock-timeout SECONDS.")
+        # A holder that finished emptied the file; one still named here died holding it.
+        taken_over = Holder.parse(_read(fd))
+        if taken_over is not None and on_take_over is not None:
+            on_take_over(what, taken_over)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(dataclasses.asdict(_this_run(command))).encode(), 0)
+        os.fsync(fd)
+        try:
+            yield taken_over
+        finally:  # a run that ends, well or not, says so; only a killed one cannot
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # releases the lock
