@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 from typing import Any, Callable, Dict, Optional
 
@@ -70,6 +72,17 @@ def cmd_ingest(args: argparse.Namespace) -> Dict[str, Any]:
     }
 
 
+def _is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def _terminal_width() -> int:
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError):  # not a terminal after all
+        return 120
+
+
 def cmd_validate(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.components.schema_guard import contract as contracts
     from tfx_bridge.components.schema_guard import guard, report
@@ -99,7 +112,9 @@ def cmd_validate(args: argparse.Namespace) -> Dict[str, Any]:
              f"{summary['findings']} finding(s)")
     lines = report.summary_lines(findings)
     print("Clean: no findings." if not lines else f"{len(lines)} finding(s):")
-    for line in lines:
+    if lines and _is_terminal():  # a table reads better; report.md keeps the prose
+        print(report.summary_table(findings, _terminal_width()))
+    for line in lines if not _is_terminal() else []:
         print(f"- {line}")
     print(f"Report: {fs.join(shown(args.output), report.REPORT_MD)}")
     progress("Done")

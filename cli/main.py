@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from typing import List, Optional
 
 from tfx_bridge.cli import data, model, pipeline, serving
 from tfx_bridge.cli.common import (
     EXIT_BAD_INPUT,
+    EXIT_BROKEN_PIPE,
     EXIT_BUSY,
     EXIT_CHECK_FAILED,
     EXIT_INTERNAL,
@@ -36,6 +38,14 @@ def build_parser() -> Parser:
     return parser
 
 
+def _outputs_of(args) -> str:
+    """Where a verb writes, for an OSError that names no file."""
+    given = [f"--{k.replace('_', '-')} {v}" for k in ("output", "workdir", "base_path",
+                                                     "serving_base_path")
+             if (v := getattr(args, k, None))]
+    return "an output (" + ", ".join(given) + ")" if given else "an output"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     Parser.json_requested = "--json" in (sys.argv[1:] if argv is None else argv)
@@ -44,11 +54,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         quiet_libraries()
     logging.basicConfig(level=logging.INFO if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    from tfx_bridge.errors import BridgeError, Busy, CheckFailed
+    from tfx_bridge.errors import BridgeError, Busy, CheckFailed, resource_error
 
     try:
         summary = args.func(args)
         code = summary.pop("_exit", EXIT_OK) if isinstance(summary, dict) else EXIT_OK
+        sys.stdout.flush()  # here, where a reader that left is caught, not at exit
+    except BrokenPipeError:
+        return _reader_gone()
     except Busy as e:
         if args.debug:
             raise
@@ -70,13 +83,35 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as e:  # a bug: say so in one line, keep the traceback for --debug
         if args.debug:
             raise
-        print(f"tfx-bridge {args.verb}: internal error: {type(e).__name__}: {e} "
-              "(rerun with --debug for the traceback, and please report it)", file=sys.stderr)
-        summary, code = {"error": str(e), "error_type": type(e).__name__}, EXIT_INTERNAL
+        # A full, read-only or forbidden disk is the machine's refusal, not a bug.
+        named = (resource_error(e, e.filename or _outputs_of(args))
+                 if isinstance(e, OSError) else None)
+        if named is not None:
+            print(f"tfx-bridge {args.verb}: {named}", file=sys.stderr)
+            summary, code = {"error": str(named), "error_type": type(named).__name__}, \
+                EXIT_BAD_INPUT
+        else:
+            print(f"tfx-bridge {args.verb}: internal error: {type(e).__name__}: {e} "
+                  "(rerun with --debug for the traceback, and please report it)",
+                  file=sys.stderr)
+            summary, code = {"error": str(e), "error_type": type(e).__name__}, EXIT_INTERNAL
     if args.json:
         summary = {"verb": args.verb, "ok": code == EXIT_OK, "exit_code": code, **summary}
-        print(json.dumps(summary, sort_keys=True, default=str))
+        try:
+            print(json.dumps(summary, sort_keys=True, default=str), flush=True)
+        except BrokenPipeError:
+            return _reader_gone()
     return code
+
+
+def _reader_gone() -> int:
+    """stdout's reader left (``tfx-bridge ingest ... | head``): exit quietly, as a
+    pipeline's commands do, with 141 (128 + SIGPIPE). stdout points at /dev/null so
+    the interpreter's final flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 def entry(argv: Optional[List[str]] = None) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any, Dict
 
 from tfx_bridge.cli.common import (
@@ -19,6 +20,10 @@ from tfx_bridge.storage import fs, staging
 
 IMPORT_WRITES = ("Format-Serving", "Format-PyTorch", "report.json", "report.md")
 OPTIMIZE_WRITES = ("Format-Serving", "report.json", "report.md", "latency.png", LIBRARY_LOG)
+
+
+def _stage_line(line: str) -> None:
+    print(f"  {line}", file=sys.stderr, flush=True)
 
 
 def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
@@ -61,12 +66,16 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
         from tfx_bridge.artifacts import schema_file
         schema = schema_file.load_schema(args.schema)
     progress = Progress(2, enabled=not args.quiet)
+    if not args.quiet:
+        _stage_line(f"loading {source.kind} {source.path} and exporting it (torch and ONNX "
+                    "load first: some seconds)")
     with staging.staged_output(args.output, IMPORT_WRITES, "import-model") as stage:
         result = convert.import_model(source, inputs, outputs, stage, opset=config.opset,
                                       atol=config.atol, rtol=config.rtol,
                                       examples_dir=args.examples, schema=schema,
                                       graph_rewrites=config.graph_rewrites,
-                                      converter=config.converter)
+                                      converter=config.converter,
+                                      progress=None if args.quiet else _stage_line)
     serving_dir = staging.final_path(result.serving_dir, stage, args.output)
     progress(f"Exported, converted ({result.report['converter']}) and checked {source.kind} "
              f"{source.path} in {sum(result.report['seconds'].values()):.1f}s")
@@ -92,6 +101,12 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.components.trt_optimizer import detect, optimize
     from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
 
+    # The settings and the model are checked before the TensorRT probe (seconds).
+    config = OptimizerConfig(  # the component's one config, checked the same way
+        precision=args.precision, atol=args.atol, topk_threshold=args.topk_threshold,
+        iterations=args.iterations,
+        candidates=tuple(args.candidates.split(",")) if args.candidates else None)
+    optimize.resolve_saved_model(args.model)
     progress = Progress(3, enabled=not args.quiet)
     found = detect.probe()
     progress("TensorRT: " + ("available, GPU visible" if found.can_run_tensorrt
@@ -100,10 +115,6 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
     # to <output>/library.log unless --debug.
     with staging.staged_output(args.output, OPTIMIZE_WRITES, "optimize") as stage, \
             library_logs(stage, args.debug, LIBRARY_LOG) as logs:
-        config = OptimizerConfig(  # the component's one config, checked the same way
-            precision=args.precision, atol=args.atol, topk_threshold=args.topk_threshold,
-            iterations=args.iterations,
-            candidates=tuple(args.candidates.split(",")) if args.candidates else None)
         result = optimize.optimize(args.model, stage, config, examples_dir=args.examples,
                                    probe=found)
     logs = logs.replace(stage, args.output)

@@ -3,6 +3,7 @@ Pipelines V2)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any, Dict, List, Optional
@@ -21,8 +22,6 @@ from tfx_bridge.storage import fs, objectstore
 
 DEFAULT_DEMO_DIR = "demo_output"
 DEFAULT_TRAIN_STEPS = 150
-# Where kubeflow/Dockerfile puts schemas/ inside the component image.
-IMAGE_SCHEMAS = "/tfx-bridge/schemas/"
 
 
 def _print_run_summary(result: Dict[str, Any]) -> None:
@@ -77,12 +76,50 @@ def _run_lock(args: argparse.Namespace, folder: str, model_name: Optional[str] =
                             on_take_over=None if args.quiet else _say_taken_over)
 
 
+@contextlib.contextmanager
+def _watched(args: argparse.Namespace, workdir: str):
+    """Around a pipeline run, holding the workdir's lock: executions a killed run left
+    RUNNING are marked first, then a line as each component starts and ends, read from
+    MLMD (pipelines/run_state.py), written to the terminal's stderr even while fd 2
+    goes to the library log. --quiet silences the lines, not the repair."""
+    from tfx_bridge.pipelines import run_state, runner
+
+    metadata = os.path.join(workdir, runner.METADATA_FILE)
+    repaired = run_state.mark_abandoned(metadata)
+    if args.quiet:
+        yield
+        return
+    for line in repaired:
+        print(line, file=sys.stderr)
+    sys.stderr.flush()
+    terminal = os.dup(2)  # before library_logs points fd 2 at the log file
+
+    def say(line: str) -> None:
+        os.write(terminal, f"  {line}\n".encode())
+
+    watcher = run_state.Progress(metadata, say)
+    watcher.start()
+    try:
+        yield
+    finally:
+        watcher.stop()
+        os.close(terminal)
+
+
 def _say_taken_over(what: str, dead) -> None:
     print(f"Took over the run lock of {what} from a run that died holding it "
           f"({dead.describe()}).", file=sys.stderr)
 
 
+def _loading(args: argparse.Namespace) -> None:
+    """Said before the imports, which take many seconds: a silent start looks hung."""
+    if not args.quiet:
+        print("Loading TFX, TensorFlow and Beam (some seconds) ...", file=sys.stderr,
+              flush=True)
+
+
 def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
+    _loading(args)
     from tfx_bridge.pipelines import runner
 
     workdir = shown(args.workdir)
@@ -124,7 +161,7 @@ def _demo(args: argparse.Namespace, workdir: str, root: str, data_root: str,
         options = {"preprocessing_module": pipelines.DEMO_PREPROCESSING,
                    "trainer_module": pipelines.DEMO_TRAINER, "train_steps": args.train_steps}
         chain = "Transform -> PyTorchTrainer -> PyTorchModelImporter"
-    with library_logs(workdir, args.debug) as logs:
+    with _watched(args, workdir), library_logs(workdir, args.debug) as logs:
         result = runner.run_full(workdir, data_root, research, serving_base,
                                  beam_pipeline_args=beam, pipeline_root=pipeline_root,
                                  **options)
@@ -140,13 +177,25 @@ def _demo(args: argparse.Namespace, workdir: str, root: str, data_root: str,
 def cmd_compile_kfp(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.kubeflow import compile as kfp_compile
 
+    progress = Progress(3, enabled=not args.quiet)
+    progress(f"Compiling the pipeline for Kubeflow Pipelines V2 into {args.output} (TFX "
+             "loads first: some seconds)")
+    options = _mode_options(args)
+    # A .py module file is packaged from this machine: check it now. A dotted path may
+    # name a package only the image holds, so it is the tasks' to import.
+    _check_user_modules({k: v for k, v in options.items()
+                         if isinstance(v, str) and v.endswith(".py")})
+
     path = kfp_compile.compile_pipeline(
         args.output, args.pipeline_root, args.data_root, args.model_source,
         args.serving_base_path, image=args.image,
         contract_path=args.contract, schema_path=args.schema,
         evaluate=not args.no_evaluate, optimizer_iterations=args.optimizer_iterations,
-        **_mode_options(args))
+        **options)
+    progress(f"Built the pipeline ({'hand-over' if args.model_source else 'training'} "
+             f"mode) and compiled it with KubeflowV2DagRunner for image {args.image}")
     print(f"Wrote {path}")
+    progress("Done")
     return {"output": path, "image": args.image}
 
 
@@ -205,6 +254,7 @@ def _check_user_modules(options: Dict[str, Any]) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
+    _loading(args)
     from tfx_bridge.pipelines import runner
 
     progress = Progress(2, enabled=not args.quiet)
@@ -229,7 +279,7 @@ def _run(args: argparse.Namespace, workdir: str, pipeline_root: str, options, be
 
     if note and not args.quiet:
         print(note, file=sys.stderr)
-    with library_logs(workdir, args.debug) as logs:
+    with _watched(args, workdir), library_logs(workdir, args.debug) as logs:
         result = runner.run_full(workdir, args.data_root, model_source,
                                  args.serving_base_path, model_name=args.model_name,
                                  evaluate=not args.no_evaluate, beam_pipeline_args=beam,
@@ -289,18 +339,23 @@ def add_parser(sub) -> None:
 
     kfp_p = sub.add_parser("compile-kfp", help="compile the pipeline for Kubeflow Pipelines")
     kfp_p.add_argument("--output", required=True, help="pipeline JSON (or .yaml) to write")
-    kfp_p.add_argument("--pipeline-root", default="gs://CHANGE-ME/tfx-bridge/root")
-    kfp_p.add_argument("--data-root", default="gs://CHANGE-ME/tfx-bridge/data")
+    # No placeholders: a spec compiled against gs://CHANGE-ME would fail on the cluster.
+    kfp_p.add_argument("--pipeline-root", required=True,
+                       help="where the tasks write artifacts (gs:// or s3://)")
+    kfp_p.add_argument("--data-root", required=True,
+                       help="the folder with span-<n>/ Parquet folders, as the tasks see it")
     _add_mode(kfp_p)
     kfp_p.add_argument("--no-evaluate", action="store_true", help="leave out the Evaluator gate")
     kfp_p.add_argument("--optimizer-iterations", type=positive_int, default=50,
                        help="TrtOptimizer's timed calls per candidate and batch size")
     kfp_p.add_argument("--serving-base-path", default="/models")
-    kfp_p.add_argument("--image", default=kfp_compile.DEFAULT_IMAGE,
-                       help="component image built from kubeflow/Dockerfile")
-    kfp_p.add_argument("--schema", default=IMAGE_SCHEMAS + "demo.schema.pbtxt",
+    kfp_p.add_argument("--image", required=True,
+                       help="the component image built from kubeflow/Dockerfile and pushed "
+                            f"to a registry the cluster pulls from (e.g. "
+                            f"gcr.io/PROJECT/{kfp_compile.DEFAULT_IMAGE})")
+    kfp_p.add_argument("--schema", default=kfp_compile.IMAGE_SCHEMAS + "demo.schema.pbtxt",
                        help="schema for ImportSchemaGen, as the container sees it")
-    kfp_p.add_argument("--contract", default=IMAGE_SCHEMAS + "demo.contract.yaml",
+    kfp_p.add_argument("--contract", default=kfp_compile.IMAGE_SCHEMAS + "demo.contract.yaml",
                        help="consumer contract for SchemaGuard, as the container sees it")
     add_common(kfp_p)
     kfp_p.set_defaults(func=cmd_compile_kfp)

@@ -19,6 +19,8 @@ import os
 from typing import List, Optional
 
 DEFAULT_IMAGE = "tfx-bridge:0.1.0"
+# Where kubeflow/Dockerfile puts schemas/ inside the component image.
+IMAGE_SCHEMAS = "/tfx-bridge/schemas/"
 PIPELINE_NAME = "tfx-bridge"
 ENTRYPOINT = ["python", "-m", "tfx_bridge.kubeflow.entrypoint"]
 EXECUTOR_MODULE = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"

@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 import uuid
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 PLACEHOLDER = "{{$}}"
 
@@ -65,9 +65,38 @@ def _run(cmd: List[str], task: str, env: dict, timeout: int) -> None:
         raise LocalRunError(f"Task {task!r} failed (exit {proc.returncode}):\n{tail}")
 
 
+def default_path_map() -> Dict[str, str]:
+    """The image's schemas folder -> this install's, unless this machine has the image's
+    path: a spec compiled with the defaults (README's command) then runs here too."""
+    from tfx_bridge import schemas
+    from tfx_bridge.kubeflow.compile import IMAGE_SCHEMAS
+
+    if os.path.isdir(IMAGE_SCHEMAS):
+        return {}
+    return {IMAGE_SCHEMAS: os.path.dirname(schemas.path("demo.schema.pbtxt")) + "/"}
+
+
+def _mapped(parameters: Dict[str, dict], path_map: Dict[str, str]) -> Dict[str, dict]:
+    """String parameters with every image path prefix replaced by its local folder
+    (inside JSON configs too: a prefix is a plain substring there)."""
+    out = {}
+    for key, value in parameters.items():
+        text = value.get("stringValue")
+        if isinstance(text, str):
+            for image, local in path_map.items():
+                text = text.replace(image, local)
+            value = {"stringValue": text}
+        out[key] = value
+    return out
+
+
 def run_compiled(spec_path: str, root: str, timeout: int = 1800,
-                 extra_env: Dict[str, str] = None) -> Dict[str, Dict[str, list]]:
-    """Runs every task; returns task -> output key -> runtime artifacts (JSON dicts)."""
+                 extra_env: Dict[str, str] = None,
+                 path_map: Optional[Dict[str, str]] = None) -> Dict[str, Dict[str, list]]:
+    """Runs every task; returns task -> output key -> runtime artifacts (JSON dicts).
+    ``path_map`` maps path prefixes inside the image to local folders (default:
+    :func:`default_path_map`)."""
+    path_map = default_path_map() if path_map is None else path_map
     with open(spec_path) as f:
         job = json.load(f)
     spec = job.get("pipelineSpec", job)
@@ -95,9 +124,9 @@ def run_compiled(spec_path: str, root: str, timeout: int = 1800,
             outputs[name] = {key: [] for key in out_defs}
             continue
         inputs = task.get("inputs", {})
-        parameters = {k: v["runtimeValue"]["constantValue"]
-                      for k, v in inputs.get("parameters", {}).items()
-                      if "constantValue" in v.get("runtimeValue", {})}
+        parameters = _mapped({k: v["runtimeValue"]["constantValue"]
+                              for k, v in inputs.get("parameters", {}).items()
+                              if "constantValue" in v.get("runtimeValue", {})}, path_map)
         artifacts = {}
         for key, ref in inputs.get("artifacts", {}).items():
             src = ref["taskOutputArtifact"]
@@ -156,12 +185,31 @@ def main(argv=None) -> int:
                     "task, under the Kubeflow entrypoints.")
     parser.add_argument("spec", help="pipeline JSON written by tfx-bridge compile-kfp")
     parser.add_argument("root", help="local folder for the tasks' outputs")
+    parser.add_argument("--map-path", action="append", default=[], metavar="IMAGE=LOCAL",
+                        help="a path prefix inside the component image and the local folder "
+                             "that stands for it (repeatable; the image's schemas folder "
+                             "maps to this install's by default)")
     args = parser.parse_args(argv)
     if not os.path.isfile(args.spec):
         print(f"{parser.prog}: {args.spec} is not a file; give the JSON that "
               "`tfx-bridge compile-kfp --output FILE` wrote.", file=sys.stderr)
         return 2
-    outputs = run_compiled(args.spec, args.root)
+    try:
+        with open(args.spec) as f:
+            json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+        print(f"{parser.prog}: {args.spec} is not JSON ({e}); give the JSON that "
+              "`tfx-bridge compile-kfp --output FILE` wrote.", file=sys.stderr)
+        return 2
+    path_map = default_path_map()
+    for item in args.map_path:
+        image, sep, local = item.partition("=")
+        if not sep or not image or not local:
+            print(f"{parser.prog}: --map-path {item!r}: give IMAGE_PREFIX=LOCAL_FOLDER.",
+                  file=sys.stderr)
+            return 2
+        path_map[image] = local
+    outputs = run_compiled(args.spec, args.root, path_map=path_map)
     print(json.dumps({task: {k: [a["uri"] for a in v] for k, v in outs.items()}
                       for task, outs in outputs.items()}, indent=2))
     return 0

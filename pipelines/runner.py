@@ -15,7 +15,7 @@ from tfx_bridge.artifacts.examples import read_records
 from tfx_bridge.components.parquet_example_gen import executor as peg_executor
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
 from tfx_bridge.errors import BridgeError
-from tfx_bridge.pipelines import demo_data
+from tfx_bridge.pipelines import demo_data, run_state
 from tfx_bridge.pipelines import pipeline as pipelines
 from tfx_bridge.storage import fs
 
@@ -86,11 +86,6 @@ def run_data_demo(workdir: str, data_root: str,
 SERVING_DIR = "serving"
 RESEARCH_DIR = "research"
 FULL_PIPELINE_NAME = "tfx-bridge"
-
-
-def _latest_with(metadata_path: str, type_name: str, uri_part: str):
-    found = [a for a in latest_artifacts(metadata_path, type_name) if uri_part in a.uri]
-    return found[0] if found else None
 
 
 class RunInputError(BridgeError):
@@ -181,6 +176,7 @@ def run_full(workdir: str, data_root: str, model_source: Optional[str],
         pipeline_options.setdefault("preprocessing_module", pipelines.DEMO_PREPROCESSING)
         pipeline_options.setdefault("trainer_module", pipelines.DEMO_TRAINER)
     before = set(serving.versions(fs.join(serving_base_path, model_name)))
+    since = run_state.latest_execution_id(metadata_path)
     pipeline = pipelines.create_pipeline(
         FULL_PIPELINE_NAME, pipeline_root or os.path.join(workdir, PIPELINE_ROOT_DIR),
         data_root, model_source,
@@ -189,18 +185,27 @@ def run_full(workdir: str, data_root: str, model_source: Optional[str],
         contract_path=schemas.path(schemas.DEMO_CONTRACT), evaluate=evaluate,
         beam_pipeline_args=beam_pipeline_args, **pipeline_options)
     run_local(pipeline)
-    return summarize(metadata_path, serving_base_path, model_name, before)
+    return summarize(metadata_path, serving_base_path, model_name, before, since)
 
 
 def summarize(metadata_path: str, serving_base_path: str, model_name: str,
-              versions_before: set) -> Dict[str, Any]:
-    # Transform writes Examples and ExampleAnomalies too: pick the components' own.
-    examples = _latest_with(metadata_path, "Examples", "/ParquetExampleGen/")
-    anomalies = _latest_with(metadata_path, "ExampleAnomalies", "/SchemaGuard/")
-    trained = _latest_with(metadata_path, "Model", "/PyTorchTrainer/")
-    imported = _latest_with(metadata_path, "Model", "PyTorchModelImporter")
-    optimized = _latest_with(metadata_path, "Model", "TrtOptimizer")
-    pushed = latest_artifacts(metadata_path, "PushedModel")[0]
+              versions_before: set, since_execution_id: int = 0) -> Dict[str, Any]:
+    """What this run did: read from the outputs of its own executions (those after
+    ``since_execution_id``), not the newest of each type in MLMD, which after a
+    refused span may be an earlier run's."""
+    produced = run_state.outputs_since(metadata_path, since_execution_id)
+
+    def latest(type_name: str, uri_part: str):
+        # Transform writes Examples and ExampleAnomalies too: pick the components' own.
+        found = [a for a in produced.get(type_name, []) if uri_part in a.uri]
+        return found[0] if found else None
+
+    examples = latest("Examples", "/ParquetExampleGen/")
+    anomalies = latest("ExampleAnomalies", "/SchemaGuard/")
+    trained = latest("Model", "/PyTorchTrainer/")
+    imported = latest("Model", "PyTorchModelImporter")
+    optimized = latest("Model", "TrtOptimizer")
+    pushed = latest("PushedModel", "/ServingPusher/")
     out = {
         "span": _custom(examples, "span"),
         "schema_guard": {"blessed": _custom(anomalies, "blessed"),
@@ -226,6 +231,11 @@ def summarize(metadata_path: str, serving_base_path: str, model_name: str,
         "prediction_input": None,
         "prediction": None,
     }
+    evaluation = latest("ModelEvaluation", "/Evaluator/")
+    if not out["pushed"] and evaluation is not None and "Evaluator" in (out["push_reason"] or ""):
+        why = evaluator_reason(evaluation.uri)
+        if why:
+            out["push_reason"] = f"{out['push_reason']} (Evaluator: {why})"
     if out["pushed"]:
         out["pushed_version"] = int(_custom(pushed, "pushed_version"))
         destination = _custom(pushed, "pushed_destination")
@@ -237,6 +247,30 @@ def summarize(metadata_path: str, serving_base_path: str, model_name: str,
     out["served_versions"] = serving.versions(fs.join(serving_base_path, model_name))
     out["new_push"] = bool(set(out["served_versions"]) - versions_before)
     return out
+
+
+def evaluator_reason(evaluation_uri: str) -> Optional[str]:
+    """Why the Evaluator did not bless: its failed metric thresholds, as TFMA wrote them
+    (an undefined AUC, with one label class in the eval split, said so); None when it
+    recorded none."""
+    import math
+
+    import tensorflow_model_analysis as tfma
+
+    try:
+        result = tfma.load_validation_result(evaluation_uri)
+    except Exception:  # no validations file: nothing more to say than "not blessed"
+        return None
+    reasons = []
+    for per_slice in result.metric_validations_per_slice:
+        for failure in per_slice.failures:
+            value = failure.metric_value.double_value.value
+            if failure.metric_value.HasField("double_value") and math.isnan(value):
+                reasons.append(f"{failure.metric_key.name} undefined (NaN): the eval split "
+                               "holds one label class only")
+            else:
+                reasons.append(failure.message or failure.metric_key.name)
+    return "; ".join(dict.fromkeys(reasons)) or None
 
 
 def predict_one(saved_model_dir: str, examples_uri: str

@@ -31,6 +31,34 @@ class CheckFailed(BridgeError):
     """
 
 
+class ResourceError(BridgeError):
+    """A write the machine refused: no space, no quota, no permission, a read-only
+    file system. Names the path and what to free or fix; bad input (exit 2), since
+    retrying unchanged will not help."""
+
+
+_RESOURCE_FIXES = {
+    "ENOSPC": "free space on that disk (df -h), or write somewhere else",
+    "EDQUOT": "free space within the quota, or write somewhere else",
+    "EACCES": "give this user write access to it, or write somewhere else",
+    "EPERM": "give this user write access to it, or write somewhere else",
+    "EROFS": "that file system is mounted read-only: write somewhere else",
+}
+
+
+def resource_error(error: OSError, path, doing: str = "writing"):
+    """A :class:`ResourceError` for an OSError that is the machine's refusal (the
+    errnos above), naming ``path``; None for any other OSError."""
+    import errno as errnos
+
+    name = errnos.errorcode.get(error.errno or 0, "")
+    if name not in _RESOURCE_FIXES:
+        return None
+    return ResourceError(
+        f"{error.strerror or name} ({name}) while {doing} {path}: {_RESOURCE_FIXES[name]}. "
+        "Nothing was half-written: the previous state is as it was.")
+
+
 # Lines TF puts before the message that says what went wrong.
 _NOISE = ("Graph execution error", "Detected at", "Traceback", "File ", "[[",
           "<stack traces")

@@ -118,6 +118,11 @@ class _Job:
     transform_dir: Optional[str]
     transformed_examples_dir: Optional[str]
     converter: str
+    progress: Optional[Callable[[str], None]] = None  # told as each stage ends
+
+    def say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress(line)
 
 
 def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
@@ -128,7 +133,8 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
                  tamper_onnx=None, graph_rewrites: bool = True,
                  transform_dir: Optional[str] = None,
                  transformed_examples_dir: Optional[str] = None,
-                 converter: str = DEFAULT_CONVERTER) -> ImportResult:
+                 converter: str = DEFAULT_CONVERTER,
+                 progress: Optional[Callable[[str], None]] = None) -> ImportResult:
     """Imports ``source`` into ``output_dir`` (the Model artifact layout); either may be a URI.
 
     ``converter``: ``auto`` (ours, onnx2tf for a graph ours refuses),
@@ -139,7 +145,8 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
     raw Examples and ``transformed_examples_dir`` Transform's materialised
     ones, for the skew check across the chain. A state_dict source is carried
     as ``Format-PyTorch/`` and the report holds the source digest, so the
-    component and the CLI write the same artifact.
+    component and the CLI write the same artifact. ``progress(line)`` is told as each
+    stage ends (export, conversion, verification), for a CLI's progress lines.
 
     torch, onnx and the converters read and write local files only: a remote
     source is copied to a local folder first (an ONNX file with the folder
@@ -158,7 +165,7 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
                       else local_root)
         job = _Job(dataclasses.replace(source, path=local_path), inputs, output_names, opset,
                    atol, rtol, batch_sizes, examples_dir, schema, tamper_onnx, graph_rewrites,
-                   transform, transformed_examples_dir, converter)
+                   transform, transformed_examples_dir, converter, progress)
         result = _import_local(job, local_out, shown_source=source.path,
                                shown_transform=transform_dir, digest=digest)
     carry_pytorch(source, [s.to_text() for s in inputs], output_names, output_dir)
@@ -313,6 +320,8 @@ def _attempt(job: _Job, module, types, work: str, serving_dir: str, output_dir: 
     if job.tamper_onnx is not None:
         job.tamper_onnx(to_convert)
     exported = time.perf_counter()
+    job.say(f"exported to ONNX{' (row by row)' if row_wise else ''} in "
+            f"{exported - started:.1f}s" if module is not None else "read the ONNX file")
     conversion = converters.to_saved_model(to_convert, work, inputs, types, job.converter,
                                            job.graph_rewrites)
     rewrites += conversion.rewrites
@@ -330,6 +339,8 @@ def _attempt(job: _Job, module, types, work: str, serving_dir: str, output_dir: 
         raw_inputs = transform_wrap.wrap(model_dir, serving_dir, transform_dir, inputs,
                                          output_names)
     converted_at = time.perf_counter()
+    job.say(f"converted with {conversion.converter} and wrapped in "
+            f"{converted_at - exported:.1f}s")
     feeds_from = transformed_examples_dir if transform_dir else examples_dir
     if transform_dir and not transformed_examples_dir:
         feeds_from = None
@@ -354,6 +365,10 @@ def _attempt(job: _Job, module, types, work: str, serving_dir: str, output_dir: 
             lambda *row: OutputCheck(*row))
         checks += chain_checks
     verified = time.perf_counter()
+    job.say(f"verified at batch sizes {list(batch_sizes)} against "
+            f"{'torch and ' if module is not None else ''}onnxruntime in "
+            f"{verified - converted_at:.1f}s: {sum(c.ok for c in checks)} of {len(checks)} "
+            "checks passed")
     return _Attempt(rewrites, conversion, checks, findings, raw_inputs, chain, feeds_from,
                     real, trace_warnings, started, exported, converted_at, verified)
 

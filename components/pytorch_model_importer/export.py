@@ -157,6 +157,12 @@ def _export_failure(error: Exception, inputs: Sequence[TensorSpec], locate=None)
         return (f"torch.onnx.export cannot export this compiled nn.EmbeddingBag ({first[:200]})."
                 " Hand over the state_dict with --module-class: the importer then exports "
                 "fixed-width bags as gather + reduce (padding_idx included).")
+    names = re.search(r"number of output names provided \((\d+)\) exceeded number of "
+                      r"outputs \((\d+)\)", text)
+    if names:
+        return (f"{names.group(1)} output names are declared, but forward() returns "
+                f"{names.group(2)} output(s): declare one --output-name (output_names entry) "
+                "per returned tensor, in order.")
     op = _symbolic_failure(text)
     unsupported = re.match(r"Exporting the operator '([\w:.]+)'", text)
     if op is not None and unsupported and locate is not None:

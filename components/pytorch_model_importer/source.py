@@ -96,12 +96,25 @@ def load_torch_module(source: ModelSource):
     try:
         state = torch.load(source.path, map_location="cpu", weights_only=True)
     except Exception as e:
+        import re
+
+        # torch's own text is ANSI-coloured and advises loading with weights_only=False,
+        # which would run the file's pickled code: say what the file is instead.
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+        what = ("pickled Python objects (a whole module saved with torch.save(model)?)"
+                if "Weights only load failed" in text
+                else f"{type(e).__name__}: {text.splitlines()[0][:200] if text else ''}")
         raise ModelSourceError(
-            f"{source.path}: not a plain state_dict ({type(e).__name__}: "
-            f"{str(e).splitlines()[0]}). Only tensors are loaded (weights_only=True), never "
-            "pickled code: save with torch.save(model.state_dict(), path).") from e
+            f"{source.path}: not a plain state_dict ({what}). Only tensors are loaded "
+            "(weights_only=True), never pickled code: save with "
+            "torch.save(model.state_dict(), path).") from e
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
+    if not isinstance(state, dict):  # e.g. a TorchScript archive's loaded module
+        raise ModelSourceError(
+            f"{source.path}: holds a {type(state).__name__}, not a state_dict (a dict of "
+            "tensors). A TorchScript file goes with --torchscript; otherwise save with "
+            "torch.save(model.state_dict(), path).")
     try:
         missing, unexpected = module.load_state_dict(state, strict=False)
     except RuntimeError as e:  # shapes that do not fit: constructor kwargs differ
@@ -151,7 +164,13 @@ def check_external_data(onnx_path: str) -> None:
     outside it is refused like a ``../`` path.
     """
     onnx = lazy_onnx()
-    model = onnx.load(onnx_path, load_external_data=False)
+    try:
+        model = onnx.load(onnx_path, load_external_data=False)
+    except Exception as e:  # protobuf's DecodeError and kin: not what the flag said
+        raise ModelSourceError(
+            f"{onnx_path}: not an ONNX file ({type(e).__name__}). A PyTorch file goes with "
+            "--torchscript (torch.jit.save) or --state-dict (torch.save(model.state_dict()))."
+        ) from e
     folder = os.path.realpath(os.path.dirname(os.path.abspath(onnx_path)))
     bad = []
     for tensor in _all_tensors(model.graph):

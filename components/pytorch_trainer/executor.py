@@ -33,6 +33,26 @@ from tfx_bridge.storage import fs
 from tfx_bridge.torch import model as torch_model
 
 
+def training_recipe(run_fn, exec_properties: Dict[str, Any],
+                    input_dict: Dict[str, List[types.Artifact]]) -> str:
+    """A digest of everything besides the examples that shapes the trained model: the
+    run_fn's source file, its name, train/eval args, custom_config and the transform
+    graph. A change to any of them trains again on an unchanged span."""
+    import hashlib
+    import inspect
+
+    try:
+        source = fs.read_bytes(inspect.getsourcefile(run_fn) or "")
+    except (TypeError, OSError, BridgeError):  # a builtin or a vanished file: the name
+        source = b""
+    graph = input_dict.get("transform_graph")
+    parts = [source, getattr(run_fn, "__qualname__", "").encode()]
+    parts += [str(exec_properties.get(k)).encode()
+              for k in ("train_args", "eval_args", "custom_config", "module_path")]
+    parts.append((artifact_utils.get_single_uri(graph) if graph else "").encode())
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()
+
+
 class Executor(trainer_executor.GenericExecutor):
     """Runs the user's ``run_fn`` and checks the PyTorch model it saved."""
 
@@ -55,23 +75,28 @@ class Executor(trainer_executor.GenericExecutor):
                                 "a hand-over without a spec?); training from scratch.",
                                 base)
         examples = artifact_utils.get_single_uri(input_dict[EXAMPLES_KEY])
+        # The run_fn loads every run, also when the model is re-emitted: a typo surfaces
+        # now, not on the next new span.
+        where = exec_properties.get("run_fn") or exec_properties.get("module_file") or \
+            exec_properties.get("module_path")
+        try:
+            run_fn = udf_utils.get_fn(exec_properties, "run_fn")
+        except Exception as e:  # the user's module: any error is theirs to fix
+            raise RunFnError(f"PyTorchTrainer: the run_fn {where} does not load: "
+                             f"{describe_failure(e)}.") from e
+        recipe = training_recipe(run_fn, exec_properties, input_dict)
         retrained = 1
-        if fn_args.base_model and torch_model.trained_on(fn_args.base_model) == examples:
-            # A scheduled run over a span the served model was already trained on (the
-            # rerun's base model changed from none to that model, so TFX cannot cache this
-            # step): no new data, no new model. The base model is re-emitted as is.
-            logging.info("PyTorchTrainer: %s was trained on these examples (%s); re-emitting "
-                         "it instead of training on them again.", fn_args.base_model, examples)
+        if fn_args.base_model and torch_model.trained_on(fn_args.base_model) == examples \
+                and torch_model.trained_recipe(fn_args.base_model) == recipe:
+            # A scheduled run over a span the served model was already trained on, by the
+            # same run_fn, settings and transform graph (the rerun's base model changed
+            # from none to that model, so TFX cannot cache this step): no new model.
+            logging.info("PyTorchTrainer: %s was trained on these examples (%s) the same "
+                         "way; re-emitting it instead of training again.", fn_args.base_model,
+                         examples)
             fs.copy_tree(fn_args.base_model, fn_args.serving_model_dir)
             retrained = 0
         else:
-            where = exec_properties.get("run_fn") or exec_properties.get("module_file") or \
-                exec_properties.get("module_path")
-            try:
-                run_fn = udf_utils.get_fn(exec_properties, "run_fn")
-            except Exception as e:  # the user's module: any error is theirs to fix
-                raise RunFnError(f"PyTorchTrainer: the run_fn {where} does not load: "
-                                 f"{describe_failure(e)}.") from e
             logging.info("PyTorchTrainer: training (warm start from %s).", fn_args.base_model)
             try:
                 run_fn(fn_args)
@@ -82,7 +107,7 @@ class Executor(trainer_executor.GenericExecutor):
                                  f"{describe_failure(e)}.") from e
         spec, metrics = check.check_trained(fn_args.serving_model_dir)
         if retrained:
-            torch_model.record_trained_on(fn_args.serving_model_dir, examples)
+            torch_model.record_trained_on(fn_args.serving_model_dir, examples, recipe)
         model.set_int_custom_property(RETRAINED_PROPERTY, retrained)
         model.set_string_custom_property(MODULE_CLASS_PROPERTY, spec.module_class)
         if fn_args.base_model:

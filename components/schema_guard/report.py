@@ -77,6 +77,28 @@ def summary_lines(findings: Findings) -> List[str]:
             for f in findings.sorted()]
 
 
+def summary_table(findings: Findings, width: int = 120) -> str:
+    """One row per finding (split, feature, check, expected, actual, records), for a
+    terminal; long cells are cut to fit ``width``, report.md keeps the whole prose."""
+    head = ("split", "feature", "check", "expected", "actual", "records")
+    rows = [head] + [(f.split or "-", f.feature, f.check, f.expected, f.actual,
+                      str(f.count) if f.count else "-") for f in findings.sorted()]
+    fixed = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    # Expected and actual are the long ones: they share what the other columns leave.
+    room = max(16, width - sum(fixed[i] for i in (0, 1, 2, 5)) - 2 * (len(head) - 1))
+    caps = {3: room // 2, 4: room - room // 2}
+
+    def cell(i: int, text: str) -> str:
+        cap = caps.get(i, fixed[i])
+        return (text if len(text) <= cap else text[:max(cap - 3, 1)] + "...").ljust(
+            min(fixed[i], cap))
+
+    lines = ["  ".join(cell(i, t) for i, t in enumerate(r)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * min(fixed[i], caps.get(i, fixed[i]))
+                              for i in range(len(head))))
+    return "\n".join(lines)
+
+
 def write_reports(output_dir: str, findings: Findings, splits: List[str], schema=None,
                   context: Optional[Dict[str, str]] = None) -> Dict[str, object]:
     """Writes Split-*/SchemaDiff.pb, findings.json, report.md and report.html."""

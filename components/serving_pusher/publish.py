@@ -34,6 +34,7 @@ from tfx_bridge.components.serving_pusher.state import (  # noqa: F401  (re-expo
     update_state,
     versions,
 )
+from tfx_bridge.errors import resource_error
 from tfx_bridge.runlock import wait_for_flock
 from tfx_bridge.storage import fs
 from tfx_bridge.storage.names import child
@@ -107,10 +108,16 @@ def _copy_tree_synced(src: str, dst: str) -> None:
 
 
 def _copy_synced(src: str, dst: str) -> None:
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        shutil.copyfileobj(fin, fout, 1 << 20)
-        fout.flush()
-        os.fsync(fout.fileno())
+    try:
+        with open(src, "rb") as fin, open(dst, "wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+            fout.flush()
+            os.fsync(fout.fileno())
+    except OSError as e:  # a full or read-only disk is named, not an internal error
+        named = resource_error(e, dst, "copying the model into")
+        if named is None:
+            raise
+        raise named from e
 
 
 def publish(saved_model_dir: str, base_path: str, model_name: str,

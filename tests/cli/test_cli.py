@@ -81,13 +81,19 @@ def test_cli_validate_clean_exit_0(tmp_path):
     assert (tmp_path / "v" / "report.html").exists()
 
 
-def test_cli_validate_findings_exit_1_with_summary(tmp_path):
-    from tfx_bridge import schemas
+@pytest.fixture(scope="module")
+def float_hour_examples(tmp_path_factory):
+    """Demo rows ingested with 'hour' as floats: the schema says INT (a wire-kind break)."""
     from tfx_bridge.pipelines import demo_data
     table = demo_data.make_span_table(1, 300)
     hour = pa.array([float(h) + 0.5 for h in table.column("hour").to_pylist()], pa.float32())
     table = table.set_column(table.schema.get_field_index("hour"), "hour", hour)
-    examples = _ingest_demo(tmp_path, table)
+    return _ingest_demo(tmp_path_factory.mktemp("float-hour"), table)
+
+
+def test_cli_validate_findings_exit_1_with_summary(tmp_path, float_hour_examples):
+    from tfx_bridge import schemas
+    examples = float_hour_examples
     proc = _run("validate", "--examples", examples, "--schema",
                 schemas.path(schemas.DEMO_SCHEMA), "--contract",
                 schemas.path(schemas.DEMO_CONTRACT), "--output", str(tmp_path / "v"), "--json")
@@ -96,6 +102,24 @@ def test_cli_validate_findings_exit_1_with_summary(tmp_path):
     assert "feature 'hour' (data_vs_schema.wire_kind): expected int64_list" in proc.stdout
     summary = _last_json(proc.stdout)
     assert summary["blessed"] is False and "data_vs_schema.wire_kind" in summary["checks"]
+
+
+def test_cli_validate_on_a_terminal_prints_a_findings_table(tmp_path, capfd, monkeypatch,
+                                                           float_hour_examples):
+    from tfx_bridge import schemas
+    from tfx_bridge.cli import data as data_verbs
+    examples = float_hour_examples
+    capfd.readouterr()
+    monkeypatch.setattr(data_verbs, "_is_terminal", lambda: True)
+    code = cli.main(["validate", "--examples", examples, "--schema",
+                     schemas.path(schemas.DEMO_SCHEMA), "--output", str(tmp_path / "v"),
+                     "--quiet"])
+    out = capfd.readouterr().out
+    assert code == cli.EXIT_CHECK_FAILED
+    lines = out.splitlines()
+    assert lines[1].split() == ["split", "feature", "check", "expected", "actual", "records"]
+    assert any(ln.split()[1:3] == ["hour", "data_vs_schema.wire_kind"] for ln in lines[3:])
+    assert "- [" not in out  # the prose lines stay in report.md
 
 
 def test_cli_validate_bad_schema_exit_2(tmp_path, capfd):
@@ -116,7 +140,9 @@ def test_cli_compile_kfp_writes_spec_with_our_executors(tmp_path):
     code = ("import sys\n"
             "sys.modules['torch'] = None  # as if not installed\n"
             "from tfx_bridge import cli\n"
-            f"sys.exit(cli.main(['compile-kfp', '--output', {str(out)!r}, '--json']))\n")
+            f"sys.exit(cli.main(['compile-kfp', '--output', {str(out)!r}, '--pipeline-root', "
+            "'gs://b/root', '--data-root', 'gs://b/data', '--image', 'r.example/tfx-bridge:1', "
+            "'--json']))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

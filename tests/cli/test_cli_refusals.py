@@ -256,3 +256,84 @@ def test_run_gs_serving_base_path_refused_before_the_pipeline(tmp_path, capfd):
                          "gs://bucket/serving", "--workdir", str(tmp_path / "w"))
     _refused(code, err, "Base path gs://bucket/serving", "Push to s3://")
     assert not (tmp_path / "w").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("flag, needle", [
+    ("--state-dict", "holds a RecursiveScriptModule, not a state_dict"),
+    ("--onnx", "not an ONNX file (DecodeError). A PyTorch file goes with --torchscript"),
+])
+def test_cli_import_model_torchscript_under_the_wrong_flag_named_no_output_left(
+        tmp_path, capfd, flag, needle):
+    torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
+    torch.jit.script(torch.nn.Linear(4, 2)).save(str(tmp_path / "m.pt"))
+    extra = (["--module-class", "torch.nn:Linear", "--module-kwargs",
+              '{"in_features": 4, "out_features": 2}'] if flag == "--state-dict" else [])
+    code, _, err = _main(capfd, "import-model", flag, str(tmp_path / "m.pt"), *extra,
+                         "--input", "x:float32:-1,4", "--output-name", "y", "--output",
+                         str(tmp_path / "out"))
+    _refused(code, err, needle)
+    assert not (tmp_path / "out").exists()  # a refused first run leaves no folder
+
+
+@pytest.mark.parametrize("missing", ["--pipeline-root", "--data-root", "--image"])
+def test_cli_compile_kfp_without_roots_or_image_refused_no_placeholders(tmp_path, capfd,
+                                                                       missing):
+    given = {"--pipeline-root": "gs://b/root", "--data-root": "gs://b/data",
+             "--image": "r.example/tfx-bridge:1"}
+    del given[missing]
+    code, _, err = _main(capfd, "compile-kfp", "--output", str(tmp_path / "p.json"),
+                         *[x for kv in given.items() for x in kv])
+    _refused(code, err, f"the following arguments are required: {missing}")
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_cli_compile_kfp_missing_trainer_module_file_refused_exit_2(tmp_path, capfd):
+    code, _, err = _main(capfd, "compile-kfp", "--output", str(tmp_path / "p.json"),
+                         "--pipeline-root", "gs://b/root", "--data-root", "gs://b/data",
+                         "--image", "r.example/tfx-bridge:1", "--trainer-module",
+                         str(tmp_path / "nope.py"))
+    _refused(code, err, f"--trainer-module {tmp_path / 'nope.py'}: no such file")
+
+
+def test_cli_import_model_pickled_whole_module_named_without_torch_advice(tmp_path, capfd):
+    torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
+    torch.save(torch.nn.Linear(4, 2), str(tmp_path / "m.pt"))  # the module, pickled
+    code, _, err = _main(capfd, "import-model", "--state-dict", str(tmp_path / "m.pt"),
+                         "--module-class", "torch.nn:Linear", "--module-kwargs",
+                         '{"in_features": 4, "out_features": 2}', "--input",
+                         "x:float32:-1,4", "--output-name", "y", "--output",
+                         str(tmp_path / "out"))
+    _refused(code, err, "not a plain state_dict (pickled Python objects (a whole module saved "
+             "with torch.save(model)?))", "torch.save(model.state_dict(), path)")
+    assert "\x1b[" not in err and "two options" not in err and "weights_only=False" not in err
+
+
+def test_cli_import_model_more_output_names_than_outputs_says_so(tmp_path, capfd):
+    torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
+    torch.save(torch.nn.Linear(4, 2).state_dict(), str(tmp_path / "m.pt"))
+    code, _, err = _main(capfd, "import-model", "--state-dict", str(tmp_path / "m.pt"),
+                         "--module-class", "torch.nn:Linear", "--module-kwargs",
+                         '{"in_features": 4, "out_features": 2}', "--input",
+                         "x:float32:-1,4", "--output-name", "a", "--output-name", "b",
+                         "--output", str(tmp_path / "out"))
+    _refused(code, err, "2 output names are declared, but forward() returns 1 output(s)")
+    assert "declared inputs" not in err
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--model", "NOPE"], "is neither a SavedModel (no saved_model.pb) nor a Model artifact"),
+    (["--model", "NOPE", "--candidates", "onnxruntime"], "unknown candidates ['onnxruntime']"),
+])
+def test_cli_optimize_bad_model_or_candidates_refused_before_the_tensorrt_probe(
+        tmp_path, capfd, extra, needle):
+    import time
+
+    import tfx_bridge.components.trt_optimizer.optimize  # noqa: F401  (imports are not probes)
+
+    start = time.monotonic()
+    code, _, err = _main(capfd, "optimize", *[str(tmp_path / a) if a == "NOPE" else a
+                                               for a in extra],
+                         "--output", str(tmp_path / "out"))
+    _refused(code, err, needle)
+    assert time.monotonic() - start < 10 and "TensorRT:" not in err
+    assert not (tmp_path / "out").exists()

@@ -85,3 +85,18 @@ def test_cli_demo_object_root_not_a_uri_refused_exit_2(tmp_path, capfd):
     assert code == cli.EXIT_BAD_INPUT, err
     assert "is not a URI: give s3://bucket/prefix" in err
     assert not (tmp_path / "store").exists() and not (tmp_path / "w").exists()
+
+
+def test_cli_run_quiet_prints_no_progress_only_the_refusal(tmp_path, capfd):
+    code, _, err = _main(capfd, *_run_args(tmp_path), "--trainer-module",
+                         str(tmp_path / "missing.py"), "--quiet")
+    assert code == cli.EXIT_BAD_INPUT
+    assert err.strip().splitlines() == [
+        f"tfx-bridge run: --trainer-module {tmp_path / 'missing.py'}: no such file. Give a "
+        ".py module file that exists, or a dotted path pkg.module.function."]
+
+
+def test_cli_run_says_it_is_loading_before_the_slow_imports(tmp_path, capfd):
+    _, _, err = _main(capfd, *_run_args(tmp_path), "--trainer-module",
+                      str(tmp_path / "missing.py"))
+    assert err.splitlines()[0].startswith("Loading TFX, TensorFlow and Beam")

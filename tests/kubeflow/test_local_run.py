@@ -44,7 +44,8 @@ def test_compiled_spec_trains_under_kubeflow_entrypoints_on_s3(tmp_path, s3_buck
                         "--schema", schemas.path(schemas.DEMO_SCHEMA),
                         "--contract", schemas.path(schemas.DEMO_CONTRACT),
                         "--trainer-module", str(module), "--train-steps", "30",
-                        "--no-evaluate", "--optimizer-iterations", "10")
+                        "--no-evaluate", "--optimizer-iterations", "10",
+                        "--image", kfp_compile.DEFAULT_IMAGE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     job = json.loads(open(spec).read())
     executors = job["pipelineSpec"]["deploymentSpec"]["executors"]

@@ -115,6 +115,9 @@ def _demo(work: str, raw_feeds) -> dict:
                  "Prediction of the pushed model on one raw eval record (country="):
         assert line in proc.stdout
     assert "[3/3] Done" in proc.stderr
+    # A line as each component ends, read from MLMD, on the terminal (not in the log).
+    for name in ("ParquetExampleGen", "SchemaGuard", "PyTorchTrainer", "ServingPusher"):
+        assert f"  {name}: done in " in proc.stderr, proc.stderr[-2000:]
     # Native library logs went to the workdir's log, not the terminal.
     assert os.path.exists(os.path.join(work, cli.PIPELINE_LOG))
     assert "library logs in" in proc.stderr
@@ -184,6 +187,8 @@ def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(tmp_p
     third = runner.run_full(work, data, None, base, **OPTIONS)
     assert third["span"] == 3 and third["training"]["retrained"] == 1
     assert not third["pushed"] and "Evaluator" in third["push_reason"]
+    # ... with TFMA's own words for the threshold that failed.
+    assert "(Evaluator: " in third["push_reason"] and "auc" in third["push_reason"].lower()
     assert serving.State.load(root).labels["stable"] == 2
 
     trainer_runs = sum(1 for name, _ in _executions(work) if name == "PyTorchTrainer")

@@ -169,7 +169,8 @@ def test_warm_start_shape_mismatch_names_parameter(trained, tmp_path):
         torch_model.warm_start(wider, torch_model.folder_of(trained["model"].uri))
 
 
-def test_trainer_executor_same_examples_reemits_base_model(trained, tmp_path):
+def test_trainer_executor_same_examples_and_recipe_reemits_changed_recipe_trains(
+        trained, tmp_path):
     from tfx.types import standard_artifacts
 
     def artifact(cls, uri):
@@ -179,21 +180,33 @@ def test_trainer_executor_same_examples_reemits_base_model(trained, tmp_path):
 
     examples = artifact(standard_artifacts.Examples, trained["transformed"])
     examples.split_names = '["train", "eval"]'
-    out = artifact(standard_artifacts.Model, str(tmp_path / "model"))
-    run = artifact(standard_artifacts.ModelRun, str(tmp_path / "run"))
-    base = artifact(standard_artifacts.Model, trained["model"].uri)
     graph = artifact(standard_artifacts.TransformGraph, trained["graph"])
-    trainer_executor.Executor().Do(
-        {"examples": [examples], "transform_graph": [graph], "base_model": [base]},
-        {"model": [out], "model_run": [run]},
-        {"run_fn": pipelines.DEMO_TRAINER, "train_args": '{"num_steps": 5}',
-         "eval_args": "{}", "custom_config": "null"})
-    assert out.get_int_custom_property("retrained") == 0
-    assert out.get_string_custom_property("warm_started_from") == \
-        torch_model.folder_of(trained["model"].uri)
-    a = torch_model.load_state_dict(torch_model.folder_of(out.uri))
-    b = torch_model.load_state_dict(torch_model.folder_of(trained["model"].uri))
+    props = {"run_fn": pipelines.DEMO_TRAINER, "train_args": '{"num_steps": 5}',
+             "eval_args": "{}", "custom_config": "null"}
+
+    def train(name, base=None, **changes):
+        out = artifact(standard_artifacts.Model, str(tmp_path / name))
+        inputs = {"examples": [examples], "transform_graph": [graph]}
+        if base is not None:
+            inputs["base_model"] = [base]
+        trainer_executor.Executor().Do(
+            inputs, {"model": [out], "model_run": [artifact(standard_artifacts.ModelRun,
+                                                            str(tmp_path / f"{name}-run"))]},
+            {**props, **changes})
+        return out
+
+    first = train("first")
+    assert first.get_int_custom_property("retrained") == 1
+    again = train("again", base=first)  # same span, run_fn, settings, graph: no new model
+    assert again.get_int_custom_property("retrained") == 0
+    assert again.get_string_custom_property("warm_started_from") == \
+        torch_model.folder_of(first.uri)
+    a = torch_model.load_state_dict(torch_model.folder_of(again.uri))
+    b = torch_model.load_state_dict(torch_model.folder_of(first.uri))
     assert all(torch.equal(a[k], b[k]) for k in a)
+    # Same span, changed settings: that shapes the model, so it trains.
+    changed = train("changed", base=first, train_args='{"num_steps": 6}')
+    assert changed.get_int_custom_property("retrained") == 1
 
 
 def test_trainer_executor_run_fn_that_raises_named_with_the_users_line(trained, tmp_path):

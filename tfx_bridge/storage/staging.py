@@ -61,6 +61,7 @@ def staged_output(output: str, owned: Sequence[str], verb: str) -> Iterator[str]
                 f"which `{verb}` does not write (it writes {list(owned)}); nothing was "
                 "changed. Give a new or empty folder, or one an earlier run of this verb "
                 "wrote.")
+    created = not fs.isdir(output)
     fs.makedirs(output)
     run_id = uuid.uuid4().hex[:12]
     stage = child(output, STAGING_PREFIX + run_id)
@@ -69,6 +70,8 @@ def staged_output(output: str, owned: Sequence[str], verb: str) -> Iterator[str]
         yield stage
     except BaseException:
         fs.remove(stage)
+        if created and not fs.listdir(output):  # a refused first run leaves no folder
+            fs.remove(output)
         raise
     _swap_in(output, stage, child(output, REPLACED_PREFIX + run_id))
 

@@ -119,7 +119,12 @@ def features_from_schema(schema, dtypes: Optional[Mapping[str, str]] = None,
         wire = "int64" if f.type == schema_pb2.INT else "float32"
         out[f.name] = Feature(dtypes.pop(f.name, wire), length, wire)
     if dtypes:
-        problems.append(f"dtypes given for features not in the schema: {sorted(dtypes)}")
+        have = sorted(f.name for f in schema.feature)
+        problems.append(
+            f"features {sorted(dtypes)} are not in the schema (it has {have}): with "
+            "Transform, the preprocessing_fn does not output them. Return every feature the "
+            "model or its label needs from preprocessing_fn (a label passes through as "
+            "outputs['label'] = inputs['label'])")
     if problems:
         raise ExamplesReadError("Cannot read the schema's features as tensors: "
                                 + "; ".join(problems) + ".")

@@ -148,20 +148,32 @@ def read_metrics(folder: str) -> Dict[str, float]:
     return {str(k): float(v) for k, v in data.items()}
 
 
-def record_trained_on(folder: str, examples_uri: str) -> None:
-    fs.write_text(fs.join(folder, TRAINED_ON_FILE), json.dumps({"examples": examples_uri}))
+def record_trained_on(folder: str, examples_uri: str, recipe: Optional[str] = None) -> None:
+    """Records what the model in ``folder`` was trained on: the Examples artifact URI and
+    a digest of the rest that shaped it (the trainer's recipe: code, settings, graph)."""
+    fs.write_text(fs.join(folder, TRAINED_ON_FILE),
+                  json.dumps({"examples": examples_uri, "recipe": recipe}))
 
 
-def trained_on(folder: str) -> Optional[str]:
-    """The Examples artifact URI the model in ``folder`` was trained on; None if unknown."""
+def _trained_field(folder: str, key: str) -> Optional[str]:
     path = fs.join(folder, TRAINED_ON_FILE)
     if not fs.isfile(path):
         return None
     try:
-        value = json.loads(fs.read_text(path)).get("examples")
+        value = json.loads(fs.read_text(path)).get(key)
     except (UnicodeDecodeError, ValueError, AttributeError):
         return None
     return value if isinstance(value, str) else None
+
+
+def trained_on(folder: str) -> Optional[str]:
+    """The Examples artifact URI the model in ``folder`` was trained on; None if unknown."""
+    return _trained_field(folder, "examples")
+
+
+def trained_recipe(folder: str) -> Optional[str]:
+    """The recipe digest the model in ``folder`` was trained with; None if unknown."""
+    return _trained_field(folder, "recipe")
 
 
 def import_module_class(name: str):

@@ -131,3 +131,14 @@ def test_features_from_schema_fixed_shapes_with_dtype_overrides():
     got = features_from_schema(schema, {"item_id": "int32", "clicked": "float32"})
     assert got == {"item_id": Feature("int32", 1, "int64"), "emb": Feature("float32", 4),
                    "clicked": Feature("float32", 1, "int64")}
+
+
+def test_features_from_schema_label_the_preprocessing_fn_dropped_named_with_the_fix():
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    schema = text_format.Parse('feature { name: "item_id" type: INT shape { dim { size: 1 } } }',
+                               schema_pb2.Schema())
+    with pytest.raises(ExamplesReadError, match=r"features \['clicked'\] are not in the schema "
+                       r"\(it has \['item_id'\]\): with Transform, the preprocessing_fn does "
+                       r"not output them"):
+        features_from_schema(schema, {"clicked": "float32"})
