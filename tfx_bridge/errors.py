@@ -112,5 +112,5 @@ def describe_failure(error: BaseException) -> str:
     """``Type: message (at the user's file:line ...)``: what a user needs, in one line."""
     where = user_frames(error)
     text = str(error).strip()
-    message = text.splitlines()[0][:300] if text else ""
+    message = text.splitlines()[0][:300].rstrip(".") if text else ""
     return f"{type(error).__name__}: {message}" + (f" (at {where})" if where else "")

@@ -101,3 +101,25 @@ def test_outputs_since_are_this_runs_only_cached_reuse_included(tmp_path):
     produced = outputs_since(path, since)
     assert [a.uri for a in produced["Examples"]] == ["/root/ParquetExampleGen/examples/3"]
     assert outputs_since(path, latest_execution_id(path)) == {}
+
+
+def test_evaluator_reason_names_failed_thresholds_and_an_undefined_auc(tmp_path):
+    import tensorflow as tf
+    from tensorflow_model_analysis.proto import validation_result_pb2 as vr
+
+    from tfx_bridge.pipelines.runner import evaluator_reason
+
+    result = vr.ValidationResult(validation_ok=False)
+    failures = result.metric_validations_per_slice.add().failures
+    nan = failures.add(message="Metric auc with value nan is below the lower bound 0.6")
+    nan.metric_key.name = "auc"
+    nan.metric_value.double_value.value = float("nan")
+    low = failures.add(message="Metric loss with value 0.9 is above the upper bound 0.7")
+    low.metric_key.name = "loss"
+    low.metric_value.double_value.value = 0.9
+    with tf.io.TFRecordWriter(str(tmp_path / "validations.tfrecord")) as w:
+        w.write(result.SerializeToString())
+    assert evaluator_reason(str(tmp_path)) == (
+        "auc undefined (NaN): the eval split holds one label class only; Metric loss with "
+        "value 0.9 is above the upper bound 0.7")
+    assert evaluator_reason(str(tmp_path / "none")) is None

@@ -34,6 +34,7 @@ from tfx_bridge.components.pytorch_model_importer.errors import (  # noqa: E402
 )
 from tfx_bridge.components.pytorch_trainer import PyTorchTrainer  # noqa: E402
 from tfx_bridge.components.pytorch_trainer import executor as trainer_executor  # noqa: E402
+from tfx_bridge.components.pytorch_trainer.errors import RunFnError  # noqa: E402
 from tfx_bridge.pipelines import demo_data, demo_preprocessing, demo_trainer, runner  # noqa: E402
 from tfx_bridge.pipelines import pipeline as pipelines  # noqa: E402
 from tfx_bridge.storage import fs  # noqa: E402
@@ -207,12 +208,16 @@ def test_trainer_executor_same_examples_and_recipe_reemits_changed_recipe_trains
     # Same span, changed settings: that shapes the model, so it trains.
     changed = train("changed", base=first, train_args='{"num_steps": 6}')
     assert changed.get_int_custom_property("retrained") == 1
+    # A run_fn that no longer loads stops the run even where the model would be
+    # re-emitted: the typo surfaces now, not on the next new span.
+    with pytest.raises(RunFnError, match=r"the run_fn nosuchpkg\.train\.run_fn does not load: "
+                       r"ImportError: Could not import requested module path "
+                       r"'nosuchpkg\.train'\.$"):
+        train("broken", base=first, run_fn="nosuchpkg.train.run_fn")
 
 
 def test_trainer_executor_run_fn_that_raises_named_with_the_users_line(trained, tmp_path):
     from tfx.types import standard_artifacts
-
-    from tfx_bridge.components.pytorch_trainer.errors import RunFnError
 
     module = tmp_path / "my_trainer.py"
     module.write_text("def run_fn(fn_args):\n    steps = fn_args.train_steps\n"
