@@ -39,11 +39,11 @@ def build_parser() -> Parser:
 
 
 def _outputs_of(args) -> str:
-    """Where a verb writes, for an OSError that names no file."""
+    """Where a verb works, for an OSError that names no file."""
     given = [f"--{k.replace('_', '-')} {v}" for k in ("output", "workdir", "base_path",
                                                      "serving_base_path")
              if (v := getattr(args, k, None))]
-    return "an output (" + ", ".join(given) + ")" if given else "an output"
+    return "a path under " + ", ".join(given) if given else "one of its paths"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -60,8 +60,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         summary = args.func(args)
         code = summary.pop("_exit", EXIT_OK) if isinstance(summary, dict) else EXIT_OK
         sys.stdout.flush()  # here, where a reader that left is caught, not at exit
-    except BrokenPipeError:
-        return _reader_gone()
+    except BrokenPipeError as e:
+        if _stdout_gone():
+            return _reader_gone()
+        if args.debug:
+            raise
+        print(f"tfx-bridge {args.verb}: internal error: {type(e).__name__}: {e} "
+              "(rerun with --debug for the traceback, and please report it)", file=sys.stderr)
+        summary, code = {"error": str(e), "error_type": type(e).__name__}, EXIT_INTERNAL
     except Busy as e:
         if args.debug:
             raise
@@ -84,7 +90,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.debug:
             raise
         # A full, read-only or forbidden disk is the machine's refusal, not a bug.
-        named = (resource_error(e, e.filename or _outputs_of(args))
+        named = (resource_error(e, e.filename or _outputs_of(args), "accessing")
                  if isinstance(e, OSError) else None)
         if named is not None:
             print(f"tfx-bridge {args.verb}: {named}", file=sys.stderr)
@@ -102,6 +108,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         except BrokenPipeError:
             return _reader_gone()
     return code
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader left (the broken pipe was ours to print
+    to, not a subprocess's or a socket's inside the verb)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def _reader_gone() -> int:

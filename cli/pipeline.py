@@ -98,12 +98,14 @@ def _watched(args: argparse.Namespace, workdir: str):
         os.write(terminal, f"  {line}\n".encode())
 
     watcher = run_state.Progress(metadata, say)
-    watcher.start()
     try:
+        watcher.start()
         yield
     finally:
-        watcher.stop()
-        os.close(terminal)
+        try:
+            watcher.stop()
+        finally:
+            os.close(terminal)
 
 
 def _say_taken_over(what: str, dead) -> None:
@@ -264,7 +266,9 @@ def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
     beam = _object_store_run([args.data_root, *([args.model_source] if args.model_source
                                                 else []), pipeline_root,
                               args.serving_base_path])
-    # Read-only checks of the inputs first: a refused run creates no folder.
+    # Read-only checks of the inputs first: a refused run creates no folder here (past
+    # them, the workdir holds its lock file, and the serving base path only past the
+    # user modules' check).
     model_source, note = runner.check_run_inputs(args.data_root, args.model_source)
     with _run_lock(args, workdir):  # a busy workdir is refused before the user's imports
         _check_user_modules(options)
@@ -310,8 +314,20 @@ def _add_mode(p: argparse.ArgumentParser) -> None:
                         "on (default: the pipeline's own Transform)")
 
 
+def _seconds(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
 def _add_lock_timeout(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lock-timeout", type=float, default=0.0,
+    p.add_argument("--lock-timeout", type=_seconds, default=0.0,
                    help="seconds to wait for another run of this workdir or served model "
                         "before exit 4 (busy); default: refuse at once")
 

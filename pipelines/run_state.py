@@ -116,7 +116,10 @@ class Progress(threading.Thread):
         self._seen: Dict[int, int] = {}  # execution id -> last state said
 
     def start(self) -> None:
-        self._first_id = latest_execution_id(self._path)
+        try:
+            self._first_id = latest_execution_id(self._path)
+        except Exception:  # a store another process holds: no progress lines, no harm
+            return
         super().start()
 
     def poll(self) -> None:
@@ -144,10 +147,19 @@ class Progress(threading.Thread):
         while not self._done.wait(self._interval):
             try:
                 self.poll()
+            except OSError:  # stderr's reader left: nothing more to say to anyone
+                return
             except Exception:  # a busy SQLite file: the next poll says it
                 time.sleep(self._interval)
 
     def stop(self) -> None:
+        """Stops polling and says what is left; never raises: a progress line that
+        cannot be read or written must not replace the run's own outcome."""
         self._done.set()
+        if self.ident is None:  # never started
+            return
         self.join()
-        self.poll()
+        try:
+            self.poll()
+        except Exception:  # a locked store, a stderr whose reader left
+            pass

@@ -47,9 +47,12 @@ def _exec_file(local: str, shown: str, flag: str):
     spec = importlib.util.spec_from_file_location(name, local)
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, os.path.dirname(os.path.abspath(local)))  # as TFX's module_file
+    # Registered as imports are: dataclasses and pickling look the module up by name.
+    sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # the user's code: any error is theirs to fix
+        sys.modules.pop(name, None)
         raise UserModuleError(f"{flag} {shown} does not import: "
                               f"{describe_failure(e)}.") from e
     finally:

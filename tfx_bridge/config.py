@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import typing
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, List, Tuple, Type
 
 from tfx_bridge.errors import BridgeError
@@ -46,8 +48,8 @@ def _kind_problem(name: str, value: Any, hint: Any) -> Tuple[Any, str]:
         if value is None:
             return None, ""
         return _kind_problem(name, value, next(a for a in args if a is not type(None)))
-    if typing.get_origin(hint) is tuple:  # Tuple[X, ...]: any sequence but a string
-        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+    if typing.get_origin(hint) is tuple:  # Tuple[X, ...]: any iterable but a string/mapping
+        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
             return value, (f"{name} must be a list of {_PLURALS.get(args[0], 'values')}, "
                            f"got {value!r} ({type(value).__name__})")
         items = []
@@ -57,12 +59,29 @@ def _kind_problem(name: str, value: Any, hint: Any) -> Tuple[Any, str]:
                 return value, why
             items.append(item)
         return tuple(items), ""
-    ok = (isinstance(value, hint) and not (hint is int and isinstance(value, bool))
-          or hint is float and isinstance(value, int) and not isinstance(value, bool))
-    if not ok:
+    if hint is dict:
+        if not isinstance(value, dict):
+            return value, f"{name} must be a JSON object (dict), got {type(value).__name__}"
+        try:  # it travels as JSON: what comes back must be what was given
+            same = json.loads(json.dumps(value)) == value
+        except (TypeError, ValueError):
+            same = False
+        if not same:
+            return value, (f"{name} must hold only JSON values (string keys; strings, "
+                           f"numbers, bools, lists, objects), got {value!r:.200}")
+        return value, ""
+    # numbers.Integral / Real: numpy's ints and floats are numbers too; a bool is not an
+    # int here, and only 0/1 stand for a bool (as the old int(bool(x)) parameters did).
+    if hint is bool and isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value), ""
+    if hint is int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value), ""
+    if hint is float and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value), ""
+    if hint in (int, float, bool) or not isinstance(value, hint):
         return value, (f"{name} must be {_NAMES.get(hint, hint.__name__)}, got {value!r} "
                        f"({type(value).__name__})")
-    return (float(value) if hint is float else value), ""
+    return value, ""
 
 
 class Config:

@@ -46,17 +46,22 @@ _RESOURCE_FIXES = {
 }
 
 
-def resource_error(error: OSError, path, doing: str = "writing"):
+def resource_error(error: OSError, path, doing: str = "writing", intact: bool = False):
     """A :class:`ResourceError` for an OSError that is the machine's refusal (the
-    errnos above), naming ``path``; None for any other OSError."""
+    errnos above), naming ``path``; None for any other OSError. ``intact``: the caller
+    stages its output, so it may say nothing was half-written."""
     import errno as errnos
 
     name = errnos.errorcode.get(error.errno or 0, "")
     if name not in _RESOURCE_FIXES:
         return None
+    fix = _RESOURCE_FIXES[name]
+    if not doing.startswith("writing") and not doing.startswith("copying"):
+        fix = fix.replace("write access", "access").replace("write somewhere else",
+                                                            "use another path")
     return ResourceError(
-        f"{error.strerror or name} ({name}) while {doing} {path}: {_RESOURCE_FIXES[name]}. "
-        "Nothing was half-written: the previous state is as it was.")
+        f"{error.strerror or name} ({name}) while {doing} {path}: {fix}."
+        + (" Nothing was half-written: the previous state is as it was." if intact else ""))
 
 
 # Lines TF puts before the message that says what went wrong.

@@ -71,7 +71,7 @@ class ParquetExampleGen(FileBasedExampleGen):
         range_config: Optional[Union[range_config_pb2.RangeConfig,
                                      data_types.RuntimeParameter]] = None,
         columns: Optional[Sequence[str]] = _DEFAULTS.columns,
-        batch_size: int = _DEFAULTS.batch_size,
+        batch_size: Optional[int] = _DEFAULTS.batch_size,
     ):
         """Builds the component.
 
@@ -92,7 +92,9 @@ class ParquetExampleGen(FileBasedExampleGen):
         output_config = output_config or example_gen_utils.make_default_output_config(
             input_config)
         # Every check is the config's, at build time, as the CLI's and the executor's.
-        config = ParquetConfig(columns=columns, batch_size=batch_size)
+        config = ParquetConfig(  # None keeps meaning "the default"
+            columns=columns, batch_size=_DEFAULTS.batch_size if batch_size is None
+            else batch_size)
         if isinstance(output_config, example_gen_pb2.Output):
             problems = config.partition_problems(
                 output_config.split_config.partition_feature_name)

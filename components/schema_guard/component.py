@@ -60,10 +60,10 @@ class SchemaGuard(base_beam_component.BaseBeamComponent):
     def __init__(self, examples, schema, model=None,
                  contract_path: Optional[str] = _DEFAULTS.contract_path,
                  fail_on_anomalies: bool = _DEFAULTS.fail_on_anomalies,
-                 exclude_splits: Sequence[str] = _DEFAULTS.exclude_splits,
+                 exclude_splits: Optional[Sequence[str]] = _DEFAULTS.exclude_splits,
                  check_unknown_features: bool = _DEFAULTS.check_unknown_features,
-                 batch_size: int = _DEFAULTS.batch_size,
-                 max_record_bytes: int = _DEFAULTS.max_record_bytes):
+                 batch_size: Optional[int] = _DEFAULTS.batch_size,
+                 max_record_bytes: Optional[int] = _DEFAULTS.max_record_bytes):
         """Builds the component.
 
         Args:
@@ -81,10 +81,15 @@ class SchemaGuard(base_beam_component.BaseBeamComponent):
             its file and offset (default 64 MiB; records are untrusted input).
         """
         # Every check is the config's, at build time, as the CLI's and the executor's.
+        # None keeps meaning "the default", as these parameters always took it.
         config = SchemaGuardConfig(
             contract_path=contract_path, fail_on_anomalies=fail_on_anomalies,
-            exclude_splits=exclude_splits, check_unknown_features=check_unknown_features,
-            batch_size=batch_size, max_record_bytes=max_record_bytes)
+            exclude_splits=_DEFAULTS.exclude_splits if exclude_splits is None
+            else exclude_splits,
+            check_unknown_features=check_unknown_features,
+            batch_size=_DEFAULTS.batch_size if batch_size is None else batch_size,
+            max_record_bytes=_DEFAULTS.max_record_bytes if max_record_bytes is None
+            else max_record_bytes)
         if (contract_path is not None and "://" not in contract_path
                 and not os.path.isabs(contract_path)):
             # Relative paths resolve here, at build time; absolute ones may name a

@@ -114,7 +114,7 @@ def _copy_synced(src: str, dst: str) -> None:
             fout.flush()
             os.fsync(fout.fileno())
     except OSError as e:  # a full or read-only disk is named, not an internal error
-        named = resource_error(e, dst, "copying the model into")
+        named = resource_error(e, dst, "copying the model into", intact=True)
         if named is None:
             raise
         raise named from e

@@ -100,3 +100,12 @@ def test_cli_run_says_it_is_loading_before_the_slow_imports(tmp_path, capfd):
     _, _, err = _main(capfd, *_run_args(tmp_path), "--trainer-module",
                       str(tmp_path / "missing.py"))
     assert err.splitlines()[0].startswith("Loading TFX, TensorFlow and Beam")
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "inf", "soon"])
+def test_cli_run_lock_timeout_not_a_finite_number_of_seconds_usage_error(tmp_path, capfd,
+                                                                         value):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*_run_args(tmp_path), "--lock-timeout", value])
+    assert exit_info.value.code == cli.EXIT_BAD_INPUT
+    assert f"{value!r} is not a number of seconds >= 0" in capfd.readouterr().err

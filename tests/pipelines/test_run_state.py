@@ -123,3 +123,16 @@ def test_evaluator_reason_names_failed_thresholds_and_an_undefined_auc(tmp_path)
         "auc undefined (NaN): the eval split holds one label class only; Metric loss with "
         "value 0.9 is above the upper bound 0.7")
     assert evaluator_reason(str(tmp_path / "none")) is None
+
+
+def test_progress_stop_never_raises_when_stderr_is_gone(tmp_path):
+    path = str(tmp_path / "metadata.sqlite")
+    store = _store(path)
+
+    def gone(line):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    progress = Progress(path, gone, interval_s=3600)
+    progress.start()
+    _execution(store, "Trainer", pb.Execution.RUNNING)
+    progress.stop()  # the last poll's write fails: the run's own outcome stands

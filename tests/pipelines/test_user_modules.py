@@ -56,3 +56,10 @@ def test_check_user_function_dotted_path_that_does_not_import_named():
 def test_check_user_function_missing_or_wrong_function_named(tmp_path, text, needle):
     with pytest.raises(UserModuleError, match=needle):
         check_user_function(_module(tmp_path, text), "run_fn", "--trainer-module")
+
+
+def test_check_user_function_module_with_a_dataclass_imports_as_tfx_would(tmp_path):
+    path = _module(tmp_path, "from __future__ import annotations\nimport dataclasses\n\n"
+                   "@dataclasses.dataclass\nclass Settings:\n    steps: int = 3\n\n"
+                   "def run_fn(fn_args):\n    return Settings().steps\n")
+    assert check_user_function(path, "run_fn", "--trainer-module")(None) == 3

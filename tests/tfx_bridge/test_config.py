@@ -63,3 +63,21 @@ def test_config_own_checks_run_on_well_typed_fields():
 def test_config_from_json_unknown_key_bad_json_or_bad_value_typed_refusal(text, match):
     with pytest.raises(DemoError, match=match):
         Demo.from_json(text)
+
+
+def test_config_numpy_numbers_sets_and_zero_one_bools_taken_as_the_old_params_were():
+    import numpy as np
+
+    demo = Demo(records=np.int64(3), tolerance=np.float32(0.5), enabled=0,
+                splits=(s for s in ["train"]))
+    assert demo.records == 3 and type(demo.records) is int
+    assert demo.tolerance == 0.5 and demo.enabled is False and demo.splits == ("train",)
+    with pytest.raises(DemoError, match=r"enabled must be a bool, got 2"):
+        Demo(enabled=2)
+
+
+def test_config_dict_that_would_not_survive_json_refused_by_name():
+    with pytest.raises(DemoError, match=r"overrides must hold only JSON values"):
+        Demo(overrides={1: "int key"})
+    with pytest.raises(DemoError, match=r"overrides must hold only JSON values"):
+        Demo(overrides={"when": object()})
