@@ -114,8 +114,9 @@ def cmd_validate(args: argparse.Namespace) -> Dict[str, Any]:
     print("Clean: no findings." if not lines else f"{len(lines)} finding(s):")
     if lines and _is_terminal():  # a table reads better; report.md keeps the prose
         print(report.summary_table(findings, _terminal_width()))
-    for line in lines if not _is_terminal() else []:
-        print(f"- {line}")
+    else:
+        for line in lines:
+            print(f"- {line}")
     print(f"Report: {fs.join(shown(args.output), report.REPORT_MD)}")
     progress("Done")
     return {"blessed": summary["blessed"], "findings": summary["findings"],

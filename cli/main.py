@@ -60,14 +60,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         summary = args.func(args)
         code = summary.pop("_exit", EXIT_OK) if isinstance(summary, dict) else EXIT_OK
         sys.stdout.flush()  # here, where a reader that left is caught, not at exit
-    except BrokenPipeError as e:
-        if _stdout_gone():
-            return _reader_gone()
-        if args.debug:
-            raise
-        print(f"tfx-bridge {args.verb}: internal error: {type(e).__name__}: {e} "
-              "(rerun with --debug for the traceback, and please report it)", file=sys.stderr)
-        summary, code = {"error": str(e), "error_type": type(e).__name__}, EXIT_INTERNAL
     except Busy as e:
         if args.debug:
             raise
@@ -87,10 +79,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"tfx-bridge {args.verb}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # a bug: say so in one line, keep the traceback for --debug
+        if isinstance(e, BrokenPipeError) and _stdout_gone():
+            return _reader_gone()  # stdout's reader left: not a bug, nothing to say
         if args.debug:
             raise
         # A full, read-only or forbidden disk is the machine's refusal, not a bug.
-        named = (resource_error(e, e.filename or _outputs_of(args), "accessing")
+        named = (resource_error(e, e.filename or _outputs_of(args), "accessing",
+                                writing=False)
                  if isinstance(e, OSError) else None)
         if named is not None:
             print(f"tfx-bridge {args.verb}: {named}", file=sys.stderr)

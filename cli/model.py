@@ -27,7 +27,7 @@ def _stage_line(line: str) -> None:
 
 
 def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
-    from tfx_bridge.components.pytorch_model_importer import convert, signature
+    from tfx_bridge.components.pytorch_model_importer import convert
     from tfx_bridge.components.pytorch_model_importer import report as import_report
     from tfx_bridge.components.pytorch_model_importer import source as model_source
     from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
@@ -58,9 +58,7 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
     if problems:
         raise ImporterConfigError("import-model: " + "; ".join(problems) + ".")
     # The component's source_model route when --source-model: the spec inside decides.
-    source, input_texts, output_texts = config.resolve(args.source_model or "")
-    inputs = signature.parse_input_specs(input_texts)
-    outputs = signature.check_output_names(output_texts)
+    source, inputs, outputs = config.resolve(args.source_model or "")
     schema = None
     if args.schema:
         from tfx_bridge.artifacts import schema_file

@@ -59,6 +59,7 @@ def _print_run_summary(result: Dict[str, Any]) -> None:
     print(f"Served versions: {result['served_versions']}")
 
 
+@contextlib.contextmanager
 def _run_lock(args: argparse.Namespace, folder: str, model_name: Optional[str] = None):
     """The run lock of this pipeline's workdir, or (``model_name``) of the served model
     under a local serving base path: a second run waits up to --lock-timeout, then
@@ -66,14 +67,15 @@ def _run_lock(args: argparse.Namespace, folder: str, model_name: Optional[str] =
     from tfx_bridge import runlock
     from tfx_bridge.components.serving_pusher.config import check_model_name
 
-    if model_name is None:
-        return runlock.run_lock(folder, args.lock_timeout, what="this workdir",
-                                on_take_over=None if args.quiet else _say_taken_over)
-    check_model_name(model_name)
-    return runlock.run_lock(folder, args.lock_timeout,
-                            what=f"model {model_name!r} under {folder}",
-                            name=f".tfx-bridge-run-{model_name}.lock",
-                            on_take_over=None if args.quiet else _say_taken_over)
+    what, name = "this workdir", runlock.LOCK_FILE
+    if model_name is not None:
+        check_model_name(model_name)
+        what, name = f"model {model_name!r} under {folder}", f".tfx-bridge-run-{model_name}.lock"
+    with runlock.run_lock(folder, args.lock_timeout, what=what, name=name) as dead:
+        if dead is not None and not args.quiet:
+            print(f"Took over the run lock of {what} from a run that died holding it "
+                  f"({dead.describe()}).", file=sys.stderr)
+        yield
 
 
 @contextlib.contextmanager
@@ -106,11 +108,6 @@ def _watched(args: argparse.Namespace, workdir: str):
             watcher.stop()
         finally:
             os.close(terminal)
-
-
-def _say_taken_over(what: str, dead) -> None:
-    print(f"Took over the run lock of {what} from a run that died holding it "
-          f"({dead.describe()}).", file=sys.stderr)
 
 
 def _loading(args: argparse.Namespace) -> None:

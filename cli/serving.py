@@ -50,7 +50,7 @@ def add_parser(sub) -> None:
     from tfx_bridge.components.serving_pusher.base_layout import LABELS, MAX_WARMUP, TARGETS
     from tfx_bridge.components.serving_pusher.config import PusherConfig
 
-    defaults = PusherConfig(base_path="", model_name="m")  # the component's defaults
+    defaults = PusherConfig.defaults()  # the component's, declared once
     psh = sub.add_parser("push", help="ServingPusher: validated, atomic push to TF Serving")
     psh.add_argument("--model", required=True, help="SavedModel or Model artifact folder")
     psh.add_argument("--base-path", required=True, help="TF Serving model base path")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
+import types
 import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, List, Tuple, Type
@@ -109,6 +110,14 @@ class Config:
         if problems:
             raise self.ERROR(f"{self.COMPONENT}: " + "; ".join(problems) + ".")
 
+    @classmethod
+    def defaults(cls) -> types.SimpleNamespace:
+        """The declared defaults, by field name, without building a config: a config
+        with required fields (a push's base path) has no default instance to read."""
+        return types.SimpleNamespace(**{
+            f.name: f.default for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING})
+
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
@@ -119,7 +128,7 @@ class Config:
             if not isinstance(fields, dict):
                 raise ValueError(f"a JSON object expected, got {type(fields).__name__}")
             return cls(**fields)
+        except BridgeError:  # the config's own refusal (a BridgeError is a ValueError)
+            raise
         except (TypeError, ValueError) as e:  # unknown keys, wrong shapes, not JSON
-            if isinstance(e, BridgeError):
-                raise
             raise cls.ERROR(f"{cls.COMPONENT} config {text[:200]!r}: {e}.") from e

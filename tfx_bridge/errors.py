@@ -37,28 +37,31 @@ class ResourceError(BridgeError):
     retrying unchanged will not help."""
 
 
+# What to free or fix, per errno; {access} and {elsewhere} depend on whether the
+# refused operation was a write.
 _RESOURCE_FIXES = {
-    "ENOSPC": "free space on that disk (df -h), or write somewhere else",
-    "EDQUOT": "free space within the quota, or write somewhere else",
-    "EACCES": "give this user write access to it, or write somewhere else",
-    "EPERM": "give this user write access to it, or write somewhere else",
-    "EROFS": "that file system is mounted read-only: write somewhere else",
+    "ENOSPC": "free space on that disk (df -h), or {elsewhere}",
+    "EDQUOT": "free space within the quota, or {elsewhere}",
+    "EACCES": "give this user {access} to it, or {elsewhere}",
+    "EPERM": "give this user {access} to it, or {elsewhere}",
+    "EROFS": "that file system is mounted read-only: {elsewhere}",
 }
 
 
-def resource_error(error: OSError, path, doing: str = "writing", intact: bool = False):
+def resource_error(error: OSError, path, doing: str = "writing", intact: bool = False,
+                   writing: bool = True):
     """A :class:`ResourceError` for an OSError that is the machine's refusal (the
-    errnos above), naming ``path``; None for any other OSError. ``intact``: the caller
-    stages its output, so it may say nothing was half-written."""
+    errnos above), naming ``path``; None for any other OSError. ``writing``: the refused
+    operation wrote (the fix says write access, somewhere else to write). ``intact``:
+    the caller stages its output, so it may say nothing was half-written."""
     import errno as errnos
 
     name = errnos.errorcode.get(error.errno or 0, "")
     if name not in _RESOURCE_FIXES:
         return None
-    fix = _RESOURCE_FIXES[name]
-    if not doing.startswith("writing") and not doing.startswith("copying"):
-        fix = fix.replace("write access", "access").replace("write somewhere else",
-                                                            "use another path")
+    fix = _RESOURCE_FIXES[name].format(
+        access="write access" if writing else "access",
+        elsewhere="write somewhere else" if writing else "use another path")
     return ResourceError(
         f"{error.strerror or name} ({name}) while {doing} {path}: {fix}."
         + (" Nothing was half-written: the previous state is as it was." if intact else ""))

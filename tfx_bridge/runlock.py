@@ -31,7 +31,7 @@ import socket
 import stat
 import sys
 import time
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
 from tfx_bridge.errors import BridgeError, Busy
 
@@ -119,16 +119,13 @@ def wait_for_flock(fd: int, timeout_s: float, poll_s: float = 0.05) -> bool:
 
 @contextlib.contextmanager
 def run_lock(folder: str, timeout_s: float = 0.0, command: Optional[str] = None,
-             what: str = "this workdir", name: str = LOCK_FILE,
-             on_take_over: Optional[Callable[[str, Holder], None]] = None
-             ) -> Iterator[Optional[Holder]]:
+             what: str = "this workdir", name: str = LOCK_FILE) -> Iterator[Optional[Holder]]:
     """Holds ``folder``'s run lock for the block; yields the holder it took the lock
     over from (a run that died holding it), or None.
 
     Waits up to ``timeout_s`` seconds for another holder (0: refuse at once),
     then raises :class:`RunLocked` naming it. ``name`` is the lock file's
     (a dot-name: TF Serving and the pusher skip those in a base path).
-    ``on_take_over(what, dead_holder)`` is called when a dead run's lock is taken.
     """
     from tfx_bridge.storage import fs
 
@@ -151,8 +148,6 @@ def run_lock(folder: str, timeout_s: float = 0.0, command: Optional[str] = None,
                 "--lock-timeout SECONDS.")
         # A holder that finished emptied the file; one still named here died holding it.
         taken_over = Holder.parse(_read(fd))
-        if taken_over is not None and on_take_over is not None:
-            on_take_over(what, taken_over)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(dataclasses.asdict(_this_run(command))).encode(), 0)
         os.fsync(fd)

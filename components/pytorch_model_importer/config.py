@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 from tfx_bridge.components.pytorch_model_importer import signature, source
 from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
@@ -24,6 +24,7 @@ from tfx_bridge.components.pytorch_model_importer.export import (
     MAX_OPSET,
     MIN_OPSET,
 )
+from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
 from tfx_bridge.components.pytorch_model_importer.source import (
     SOURCE_STATE_DICT,
     SOURCES,
@@ -99,11 +100,12 @@ class ImporterConfig(Config):
             problems.append("name every model output, in order (output_names)")
         return problems
 
-    def resolve(self, folder: str = "") -> Tuple[ModelSource, Sequence[str], Sequence[str]]:
-        """(the source, input spec texts, output names) of this import: from the model
-        folder's ``Format-PyTorch/`` spec when ``folder`` holds one, else the declared
-        ones (``source_path`` relative to ``folder`` when it is given). Both routes, the
-        component's and ``tfx-bridge import-model``'s, resolve here."""
-        return source.from_model_folder(
+    def resolve(self, folder: str = "") -> Tuple[ModelSource, List[TensorSpec], List[str]]:
+        """(the source, parsed input specs, checked output names) of this import: from
+        the model folder's ``Format-PyTorch/`` spec when ``folder`` holds one, else the
+        declared ones (``source_path`` relative to ``folder`` when it is given). Both
+        routes, the component's and ``tfx-bridge import-model``'s, resolve here."""
+        found, inputs, outputs = source.from_model_folder(
             folder, self.inputs, self.output_names, self.module_class, self.source_kind,
             self.source_path or "", self.module_kwargs or {})
+        return found, signature.parse_input_specs(inputs), signature.check_output_names(outputs)

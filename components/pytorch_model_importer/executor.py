@@ -10,7 +10,7 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
 from tfx_bridge.artifacts import properties, schema_file
-from tfx_bridge.components.pytorch_model_importer import convert, report, signature
+from tfx_bridge.components.pytorch_model_importer import convert, report
 from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
 from tfx_bridge.components.pytorch_model_importer.errors import NotEquivalent
 from tfx_bridge.components.pytorch_model_importer.spec import (
@@ -44,9 +44,7 @@ class Executor(base_executor.BaseExecutor):
         self._log_startup(input_dict, output_dict, exec_properties)
         config = ImporterConfig.from_json(exec_properties[CONFIG_KEY])
         folder = _uri(input_dict, SOURCE_MODEL_KEY) or ""
-        model_source, input_texts, output_names = config.resolve(folder)
-        inputs = signature.parse_input_specs(input_texts)
-        outputs = signature.check_output_names(output_names)
+        model_source, inputs, outputs = config.resolve(folder)
         schema = None
         if input_dict.get(SCHEMA_KEY):
             schema = schema_file.load_schema(artifact_utils.get_single_uri(input_dict[SCHEMA_KEY]))

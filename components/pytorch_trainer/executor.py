@@ -25,7 +25,11 @@ from tfx_bridge.components.pytorch_trainer.spec import (  # noqa: F401  (the key
     EXAMPLES_KEY,
     MODEL_KEY,
     MODULE_CLASS_PROPERTY,
+    MODULE_FILE_KEY,
+    MODULE_PATH_KEY,
     RETRAINED_PROPERTY,
+    RUN_FN_KEY,
+    TRANSFORM_GRAPH_KEY,
     WARM_START_PROPERTY,
 )
 from tfx_bridge.errors import BridgeError, describe_failure
@@ -45,10 +49,10 @@ def training_recipe(run_fn, exec_properties: Dict[str, Any],
         source = fs.read_bytes(inspect.getsourcefile(run_fn) or "")
     except (TypeError, OSError, BridgeError):  # a builtin or a vanished file: the name
         source = b""
-    graph = input_dict.get("transform_graph")
+    graph = input_dict.get(TRANSFORM_GRAPH_KEY)
     parts = [source, getattr(run_fn, "__qualname__", "").encode()]
     parts += [str(exec_properties.get(k)).encode()
-              for k in ("train_args", "eval_args", "custom_config", "module_path")]
+              for k in ("train_args", "eval_args", "custom_config", MODULE_PATH_KEY)]
     parts.append((artifact_utils.get_single_uri(graph) if graph else "").encode())
     return hashlib.sha256(b"\0".join(parts)).hexdigest()
 
@@ -77,10 +81,10 @@ class Executor(trainer_executor.GenericExecutor):
         examples = artifact_utils.get_single_uri(input_dict[EXAMPLES_KEY])
         # The run_fn loads every run, also when the model is re-emitted: a typo surfaces
         # now, not on the next new span.
-        where = exec_properties.get("run_fn") or exec_properties.get("module_file") or \
-            exec_properties.get("module_path")
+        where = exec_properties.get(RUN_FN_KEY) or exec_properties.get(MODULE_FILE_KEY) or \
+            exec_properties.get(MODULE_PATH_KEY)
         try:
-            run_fn = udf_utils.get_fn(exec_properties, "run_fn")
+            run_fn = udf_utils.get_fn(exec_properties, RUN_FN_KEY)
         except Exception as e:  # the user's module: any error is theirs to fix
             raise RunFnError(f"PyTorchTrainer: the run_fn {where} does not load: "
                              f"{describe_failure(e)}.") from e

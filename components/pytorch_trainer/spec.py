@@ -9,6 +9,11 @@ from tfx.types import standard_component_specs
 MODEL_KEY = standard_component_specs.MODEL_KEY
 BASE_MODEL_KEY = standard_component_specs.BASE_MODEL_KEY
 EXAMPLES_KEY = standard_component_specs.EXAMPLES_KEY
+TRANSFORM_GRAPH_KEY = standard_component_specs.TRANSFORM_GRAPH_KEY
+# Where the run_fn comes from: a dotted path, a module file, or TFX's packaged module.
+RUN_FN_KEY = standard_component_specs.RUN_FN_KEY
+MODULE_FILE_KEY = standard_component_specs.MODULE_FILE_KEY
+MODULE_PATH_KEY = standard_component_specs.MODULE_PATH_KEY
 # Custom properties on the trained Model (docs/ARCHITECTURE.md).
 MODULE_CLASS_PROPERTY = "module_class"
 WARM_START_PROPERTY = "warm_started_from"

@@ -15,7 +15,7 @@ from tfx_bridge.components.serving_pusher.spec import (  # noqa: F401  (the keys
     ServingPusherSpec,
 )
 
-_DEFAULTS = PusherConfig(base_path="", model_name="m")
+_DEFAULTS = PusherConfig.defaults()
 
 
 class ServingPusher(base_component.BaseComponent):

@@ -81,3 +81,12 @@ def test_config_dict_that_would_not_survive_json_refused_by_name():
         Demo(overrides={1: "int key"})
     with pytest.raises(DemoError, match=r"overrides must hold only JSON values"):
         Demo(overrides={"when": object()})
+
+
+def test_config_defaults_read_without_building_a_config_with_required_fields():
+    @dataclasses.dataclass(frozen=True)
+    class Push(Config):
+        base_path: str
+        label: str = "stable"
+
+    assert vars(Push.defaults()) == {"label": "stable"}
