@@ -43,7 +43,7 @@ def cmd_ingest(args: argparse.Namespace) -> Dict[str, Any]:
 
     config = ParquetConfig(  # the component's one config, checked the same way
         columns=None if args.columns is None else [c.strip() for c in args.columns.split(",")],
-        batch_size=args.batch_size)
+        batch_size=args.batch_size, allow_empty_splits=args.allow_empty_splits)
     progress = Progress(3, enabled=not args.quiet)
     splits = core.SplitConfig.parse(args.splits, args.pattern, args.partition_feature)
     make_pipeline = _direct_pipeline_factory(args.workers)  # sets Beam's s3 options too
@@ -53,7 +53,8 @@ def cmd_ingest(args: argparse.Namespace) -> Dict[str, Any]:
              f"{len(plan.units)} row group(s), {len(plan.columns)} column(s)")
     start = time.monotonic()
     with staging.staged_output(args.output, INGEST_WRITES, "ingest") as stage:
-        counts = core.ingest(plan, stage, make_pipeline)
+        counts = core.ingest(plan, stage, make_pipeline,
+                             allow_empty_splits=config.allow_empty_splits)
     seconds = time.monotonic() - start
     progress(f"Wrote {sum(counts.values())} tf.Examples to {args.output}")
     for name, n in counts.items():
@@ -143,6 +144,8 @@ def add_parser(sub) -> None:
                         help="hash this column instead of the whole record")
     ingest.add_argument("--batch-size", type=positive_int, default=ParquetConfig().batch_size,
                         help="rows per Arrow batch")
+    ingest.add_argument("--allow-empty-splits", action="store_true",
+                        help="keep a split that gets no records (refused by default)")
     ingest.add_argument("--workers", type=positive_int, default=None,
                         help="DirectRunner processes (default: in-process)")
     add_common(ingest)

@@ -284,7 +284,8 @@ def _run(args: argparse.Namespace, workdir: str, pipeline_root: str, options, be
         result = runner.run_full(workdir, args.data_root, model_source,
                                  args.serving_base_path, model_name=args.model_name,
                                  evaluate=not args.no_evaluate, beam_pipeline_args=beam,
-                                 pipeline_root=pipeline_root, **options)
+                                 pipeline_root=pipeline_root,
+                                 optimizer_iterations=args.optimizer_iterations, **options)
     progress("Pipeline run finished" + logs)
     _print_run_summary(result)
     progress("Done")
@@ -385,6 +386,8 @@ def add_parser(sub) -> None:
                      help="where artifacts go (local, s3:// or gs://; default "
                           "<workdir>/pipeline_root)")
     run.add_argument("--no-evaluate", action="store_true", help="skip the Evaluator gate")
+    run.add_argument("--optimizer-iterations", type=positive_int, default=50,
+                     help="TrtOptimizer's timed calls per candidate and batch size")
     _add_lock_timeout(run)
     add_common(run)
     run.set_defaults(func=cmd_run)

@@ -118,6 +118,8 @@ def eval_config(auc_floor: float = 0.5):
         slicing_specs=[tfma.SlicingSpec()],
         metrics_specs=[tfma.MetricsSpec(metrics=[
             tfma.MetricConfig(class_name="ExampleCount"),
+            # 0 or 1 names an eval split of one label class, where AUC is undefined.
+            tfma.MetricConfig(class_name="MeanLabel"),
             tfma.MetricConfig(
                 class_name="AUC",
                 threshold=tfma.MetricThreshold(

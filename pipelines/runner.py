@@ -250,11 +250,10 @@ def summarize(metadata_path: str, serving_base_path: str, model_name: str,
 
 
 def evaluator_reason(evaluation_uri: str) -> Optional[str]:
-    """Why the Evaluator did not bless: its failed metric thresholds, as TFMA wrote them
-    (an undefined AUC, with one label class in the eval split, said so); None when it
-    recorded none."""
-    import math
-
+    """Why the Evaluator did not bless: its failed metric thresholds, as TFMA wrote them,
+    or said from the threshold and value where TFMA left no message. An AUC over an
+    eval split of one label class (TFMA writes it as 0.0) is said as undefined, from
+    the split's mean label. None when it recorded no failure."""
     import tensorflow_model_analysis as tfma
 
     try:
@@ -264,13 +263,48 @@ def evaluator_reason(evaluation_uri: str) -> Optional[str]:
     reasons = []
     for per_slice in result.metric_validations_per_slice:
         for failure in per_slice.failures:
-            value = failure.metric_value.double_value.value
-            if failure.metric_value.HasField("double_value") and math.isnan(value):
-                reasons.append(f"{failure.metric_key.name} undefined (NaN): the eval split "
-                               "holds one label class only")
+            name = failure.metric_key.name
+            one_class = _one_label_class(evaluation_uri) if name == "auc" else None
+            if one_class is not None:
+                reasons.append(f"AUC undefined: every eval label is {one_class}")
             else:
-                reasons.append(failure.message or failure.metric_key.name)
+                reasons.append(failure.message or _failed_threshold(failure))
     return "; ".join(dict.fromkeys(reasons)) or None
+
+
+def _one_label_class(evaluation_uri: str) -> Optional[int]:
+    """0 or 1 when the candidate's eval split holds that label only (its mean label)."""
+    import tensorflow_model_analysis as tfma
+
+    try:
+        for per_slice in tfma.load_metrics(evaluation_uri):
+            for kv in per_slice.metric_keys_and_values:
+                key = kv.key
+                if key.name == "mean_label" and not key.is_diff and \
+                        key.model_name in ("", "candidate"):
+                    mean = kv.value.double_value.value
+                    return int(mean) if mean in (0.0, 1.0) else None
+    except Exception:  # noqa: BLE001  (no metrics file: say the threshold instead)
+        return None
+    return None
+
+
+def _failed_threshold(failure) -> str:
+    """``auc 0.48 is below the lower bound 0.5`` from a failure without a message."""
+    name = failure.metric_key.name
+    value = failure.metric_value.double_value.value
+    shown = f"{name} {value:.4g}" + (" (against the baseline)"
+                                     if failure.metric_key.is_diff else "")
+    threshold = failure.metric_threshold
+    if threshold.HasField("value_threshold"):
+        bounds = threshold.value_threshold
+        if bounds.HasField("lower_bound") and value < bounds.lower_bound.value:
+            return f"{shown} is below the lower bound {bounds.lower_bound.value:.4g}"
+        if bounds.HasField("upper_bound") and value > bounds.upper_bound.value:
+            return f"{shown} is above the upper bound {bounds.upper_bound.value:.4g}"
+    if threshold.HasField("change_threshold"):
+        return f"{shown} changed more than allowed against the latest blessed model"
+    return f"{shown} failed its threshold"
 
 
 def predict_one(saved_model_dir: str, examples_uri: str

@@ -72,6 +72,7 @@ class ParquetExampleGen(FileBasedExampleGen):
                                      data_types.RuntimeParameter]] = None,
         columns: Optional[Sequence[str]] = _DEFAULTS.columns,
         batch_size: Optional[int] = _DEFAULTS.batch_size,
+        allow_empty_splits: bool = _DEFAULTS.allow_empty_splits,
     ):
         """Builds the component.
 
@@ -86,6 +87,9 @@ class ParquetExampleGen(FileBasedExampleGen):
           range_config: ``range_config_pb2.RangeConfig`` for span selection.
           columns: read only these columns (Parquet column projection).
           batch_size: rows per Arrow batch (default 20,000).
+          allow_empty_splits: keep a split that gets no records. By default it
+            fails the run naming the span and the buckets: Transform, the
+            trainer and the Evaluator cannot work on an empty split.
         """
         input_config = input_config or example_gen_utils.make_default_input_config(
             DEFAULT_PATTERN)
@@ -94,7 +98,7 @@ class ParquetExampleGen(FileBasedExampleGen):
         # Every check is the config's, at build time, as the CLI's and the executor's.
         config = ParquetConfig(  # None keeps meaning "the default"
             columns=columns, batch_size=_DEFAULTS.batch_size if batch_size is None
-            else batch_size)
+            else batch_size, allow_empty_splits=allow_empty_splits)
         if isinstance(output_config, example_gen_pb2.Output):
             problems = config.partition_problems(
                 output_config.split_config.partition_feature_name)

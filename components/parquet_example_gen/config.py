@@ -29,13 +29,16 @@ DEFAULT_PATTERN = "*.parquet"  # the default input split's file pattern
 
 @dataclasses.dataclass(frozen=True)
 class ParquetConfig(Config):
-    """Which columns are read, and how many rows per Arrow batch."""
+    """Which columns are read, how many rows per Arrow batch, and whether a split
+    may come out empty (refused by default: Transform, the trainer and the
+    Evaluator cannot work on a split with no records)."""
 
     COMPONENT = "ParquetExampleGen"
     ERROR = ParquetConfigError
 
     columns: Optional[Tuple[str, ...]] = None  # None: every column
     batch_size: int = DEFAULT_BATCH_SIZE
+    allow_empty_splits: bool = False
 
     def problems(self) -> List[str]:
         problems = []

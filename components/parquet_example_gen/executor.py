@@ -76,7 +76,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         examples.split_names = artifact_utils.encode_split_names(plan.splits.split_names)
         logging.info("ParquetExampleGen: %d rows in %d files -> splits %s",
                      plan.num_rows, len(plan.files), plan.splits.split_names)
-        counts = core.ingest(plan, examples.uri, self._make_beam_pipeline)
+        counts = core.ingest(plan, examples.uri, self._make_beam_pipeline,
+                             allow_empty_splits=config.allow_empty_splits)
         logging.info("ParquetExampleGen wrote %s", counts)
 
         examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)

@@ -158,13 +158,16 @@ def expand_ingest(pipeline: beam.Pipeline, plan: IngestPlan,
                  os.path.join(split_uris[name], RECORD_FILE_PREFIX))))
 
 
-def ingest(plan: IngestPlan, output_uri: str, make_pipeline) -> Dict[str, int]:
+def ingest(plan: IngestPlan, output_uri: str, make_pipeline,
+           allow_empty_splits: bool = False) -> Dict[str, int]:
     """Runs the conversion into ``output_uri``/Split-*/ and writes the sidecar.
 
     ``make_pipeline`` returns a fresh ``beam.Pipeline`` (the executor's, with
     its beam_pipeline_args, or a DirectRunner one from the CLI). On failure the
     partial split folders are removed and our typed error is raised with its
-    own message, not Beam's wrapping of it.
+    own message, not Beam's wrapping of it. A split that got no records (the
+    span has 0 rows, or too few to reach every hash bucket) is refused the same
+    way unless ``allow_empty_splits``.
 
     Returns:
       Records written per split.
@@ -181,12 +184,36 @@ def ingest(plan: IngestPlan, output_uri: str, make_pipeline) -> Dict[str, int]:
         if ours is None:
             raise
         raise type(ours)(_strip_beam_context(str(ours))) from e
-    write_source_schema(output_uri, plan)
     counters = result.metrics().query(
         beam.metrics.MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
     written = {c.key.metric.name: (c.committed if c.committed is not None else c.attempted)
                for c in counters}
-    return {name: int(written.get(f"records[{name}]", 0)) for name in split_uris}
+    counts = {name: int(written.get(f"records[{name}]", 0)) for name in split_uris}
+    empty = [name for name, n in counts.items() if n == 0]
+    if empty and not allow_empty_splits:
+        remove_outputs(split_uris)
+        raise ParquetDataError(_empty_splits_message(plan, counts, empty))
+    write_source_schema(output_uri, plan)
+    return counts
+
+
+def _empty_splits_message(plan: IngestPlan, counts: Dict[str, int], empty: List[str]) -> str:
+    where = f"{plan.input_base} ({len(plan.files)} file(s), {plan.num_rows} rows)"
+    if plan.num_rows == 0:
+        how, fix = "it holds no rows", "Add rows to the span (or remove it)"
+    elif plan.splits.output_splits:
+        buckets = ",".join(f"{n}:{b}" for n, b in plan.splits.output_splits)
+        how = (f"after hashing into {buckets}: "
+               + ", ".join(f"{n} got {counts[n]}" for n in counts))
+        fix = ("Add rows to the span, or change the hash buckets (or the partition "
+               "feature) so that every split gets records")
+    else:
+        how = "matched no rows"
+        fix = "Add rows to those splits' files"
+    return (f"Split(s) {empty} of {where} would be empty: {how}. Transform, the trainer "
+            f"and the Evaluator cannot work on an empty split. {fix}; or allow empty "
+            "splits (allow_empty_splits=True, --allow-empty-splits) where nothing "
+            "downstream reads them.")
 
 
 def _typed_error_in(exc: BaseException) -> Optional[BaseException]:

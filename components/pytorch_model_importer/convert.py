@@ -154,15 +154,16 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
     uploaded when every step has finished, and both copies are removed.
     """
     converters.check_choice(converter)
-    digest = source_digest(source, [s.to_text() for s in inputs], output_names,
-                           {"opset": opset, "atol": atol, "rtol": rtol,
-                            "converter": converter}, transform_dir)
     remote_onnx = source.kind == SOURCE_ONNX and fs.is_remote(source.path)
     source_root = fs.dirname(source.path) if remote_onnx else source.path
     with fs.staged_locally(source_root, transform_dir, output=output_dir) as (
             local_root, transform, local_out):
         local_path = (os.path.join(local_root, fs.basename(source.path)) if remote_onnx
                       else local_root)
+        digest = source_digest(dataclasses.replace(source, path=local_path),
+                               [s.to_text() for s in inputs], output_names,
+                               {"opset": opset, "atol": atol, "rtol": rtol,
+                                "converter": converter}, transform)
         job = _Job(dataclasses.replace(source, path=local_path), inputs, output_names, opset,
                    atol, rtol, batch_sizes, examples_dir, schema, tamper_onnx, graph_rewrites,
                    transform, transformed_examples_dir, converter, progress)

@@ -120,6 +120,14 @@ def _copy_synced(src: str, dst: str) -> None:
         raise named from e
 
 
+class AlreadyPublished(Exception):
+    """The label's version already holds this digest: nothing to publish."""
+
+    def __init__(self, version: int):
+        super().__init__(f"version {version} holds this model")
+        self.version = version
+
+
 def publish(saved_model_dir: str, base_path: str, model_name: str,
             warmup_file: Optional[str] = None, label: Optional[str] = "stable",
             digest: Optional[str] = None, lock_timeout_s: float = 600.0) -> int:
@@ -140,6 +148,12 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
             _fsync_dir(staging)
         with push_lock(model_root, lock_timeout_s):
             state = State.load(model_root)
+            same = state.labels.get(label) if label is not None else None
+            if digest is not None and same is not None and \
+                    state.digests.get(str(same)) == digest and same in versions(model_root):
+                # A concurrent push of the same model got here first (the caller's
+                # check ran before the lock): one version, not two.
+                raise AlreadyPublished(same)
             version = max([state.last_version, *versions(model_root)]) + 1
             # Issue the number first: a crash after this wastes a number, never reuses one.
             state.last_version = version

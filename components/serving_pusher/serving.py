@@ -79,6 +79,7 @@ from tfx_bridge.components.serving_pusher.errors import (
     PushRefused,
 )
 from tfx_bridge.components.serving_pusher.publish import (
+    AlreadyPublished,
     State,
     apply_retention,
     clean_stale_staging,
@@ -208,13 +209,8 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
         same = state.labels.get(label)
         if same is not None and state.digests.get(str(same)) == digest and \
                 same in versions(model_root):
-            # A rerun with nothing new (e.g. a re-blessed, unchanged model) adds no version,
-            # but rewrites the configs, so an earlier interrupted push is repaired.
-            with push_lock(model_root, lock_timeout_s):
-                write_configs(base_path, target, batching_overrides, server_base_path)
-            return PushResult(True, same, fs.join(model_root, str(same)),
-                              f"identical to version {same} already served as {label}; "
-                              "no new version", {"labels": state.labels})
+            return _identical(base_path, model_name, same, label, target, batching_overrides,
+                              server_base_path, lock_timeout_s)
         if served is not None and not config.allow_contract_change:
             problems = contract_changes(
                 _served_signature(fs.join(model_root, str(served))), new_sig)
@@ -239,6 +235,9 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
                 keep_versions=config.keep_versions, target=target, serving_flags=serving_flags,
                 batching_overrides=batching_overrides, server_base_path=server_base_path,
                 lock_timeout_s=lock_timeout_s)
+    except AlreadyPublished as e:
+        return _identical(base_path, model_name, e.version, label, target, batching_overrides,
+                          server_base_path, lock_timeout_s)
     except PushRefused as e:
         return PushResult(False, None, None, str(e), {})
     version = published.version
@@ -247,6 +246,19 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
                       {"warmup": {"records": count, **(replay or {})},
                        "removed_versions": published.removed, "configs": published.configs,
                        "labels": published.labels})
+
+
+def _identical(base_path: str, model_name: str, version: int, label: str, target: str,
+               batching_overrides: Optional[dict], server_base_path: str,
+               lock_timeout_s: float) -> PushResult:
+    """A rerun with nothing new (e.g. a re-blessed, unchanged model) adds no version,
+    but rewrites the configs, so an earlier interrupted push is repaired."""
+    model_root = fs.join(base_path, model_name)
+    with push_lock(model_root, lock_timeout_s):
+        write_configs(base_path, target, batching_overrides, server_base_path)
+    return PushResult(True, version, fs.join(model_root, str(version)),
+                      f"identical to version {version} already served as {label}; "
+                      "no new version", {"labels": State.load(model_root).labels})
 
 
 @dataclasses.dataclass

@@ -55,6 +55,23 @@ def test_cli_ingest_bad_values_one_message_exit_2(tmp_path, capfd, table, needle
     assert len([ln for ln in err.splitlines() if ln.strip()]) == 1
 
 
+@pytest.mark.parametrize("rows", [0, 3])
+def test_cli_ingest_split_without_records_refused_naming_it_unless_allowed(tmp_path, capfd,
+                                                                          rows):
+    base = _parquet(tmp_path / "in", pa.table({"a": pa.array(range(rows), pa.int64())}))
+    args = ["ingest", "--input-base", base, "--output", str(tmp_path / "out"), "--splits",
+            "train:1000,eval:1", "--quiet"]
+    code, _, err = _main(capfd, *args)
+    _refused(code, err, (f"['eval'] of {base} (1 file(s), 3 rows) would be empty: after "
+                         "hashing into train:1000,eval:1: train got 3, eval got 0") if rows
+             else f"['train', 'eval'] of {base} (1 file(s), 0 rows) would be empty: it "
+             "holds no rows", "--allow-empty-splits")
+    assert not (tmp_path / "out").exists()
+    code, out, err = _main(capfd, *args, "--allow-empty-splits", "--json")
+    assert code == cli.EXIT_OK, err
+    assert json.loads(out.splitlines()[-1])["splits"] == {"train": rows, "eval": 0}
+
+
 def test_cli_ingest_span_placeholder_names_a_real_pattern(tmp_path, capfd):
     base = _parquet(tmp_path / "in" / "span-1", pa.table({"a": [1]}))
     code, _, err = _main(capfd, "ingest", "--input-base", os.path.dirname(base), "--output",

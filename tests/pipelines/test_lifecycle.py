@@ -4,19 +4,27 @@ Transform graph, gated by the Evaluator and pushed; bad data stops before traini
 
 span 1 -> `tfx-bridge demo` as a user runs it (a subprocess): trained,
 imported, pushed v1, and the pushed version answers a raw record and raw
-features with what PyTorch computes on Transform's features; then the
-schedule takes over the demo's workdir: the same inputs again -> the data steps
-cached, the model not retrained, no new version; span 2 -> retrained with a warm
-start from v1, v2 pushed because the Evaluator blessed it; span 3 with shuffled
-labels -> trained, refused by the Evaluator, v2 still served; span 4 with a
-planted int32 overflow -> stopped at SchemaGuard, nothing trained.
+features with what PyTorch computes on Transform's features; a `tfx-bridge run`
+started meanwhile on its workdir exits 4 naming it. Then the schedule takes over
+the demo's workdir with `tfx-bridge run` (the CLI, in this process): the same
+inputs again -> the data steps cached, the model not retrained, no new version; a
+broken trainer module and an empty newest span are refused (exit 2) before any
+pipeline work; span 2 -> a run killed while training, then the next run takes
+over its lock, marks the killed executions and retrains with a warm start from
+v1: v2 pushed because the Evaluator blessed it; span 3 with one label class ->
+trained, refused by the Evaluator (exit 1, AUC undefined), v2 still served; span
+4 with a planted int32 overflow -> stopped at SchemaGuard (exit 1), nothing
+trained; span 4 removed -> a quiet run reports span 3 (this run's), no progress.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -32,16 +40,21 @@ from tfx.orchestration import metadata as tfx_metadata  # noqa: E402
 
 from tfx_bridge import cli  # noqa: E402
 from tfx_bridge.artifacts.examples import read_records  # noqa: E402
-from tfx_bridge.components.schema_guard.errors import AnomaliesFound  # noqa: E402
 from tfx_bridge.components.serving_pusher import serving  # noqa: E402
 from tfx_bridge.components.trt_optimizer import optimize  # noqa: E402
-from tfx_bridge.pipelines import demo_data, demo_models, demo_preprocessing, runner  # noqa: E402
+from tfx_bridge.pipelines import (  # noqa: E402
+    demo_data,
+    demo_models,
+    demo_preprocessing,
+    run_state,
+    runner,
+)
 from tfx_bridge.torch import model as torch_model  # noqa: E402
 
 ROWS = 1200
-# The optimizer's timing rounds are not what this test is about. AUC must reach 0.6:
-# labels shuffled within a span leave any model near 0.5.
-OPTIONS = {"optimizer_iterations": 10, "train_steps": 150, "auc_floor": 0.6}
+TRAIN_STEPS = 150
+# The optimizer's timing rounds are not what this test is about.
+RUN_FLAGS = ("--train-steps", str(TRAIN_STEPS), "--optimizer-iterations", "10")
 DATA_STEPS = ("ParquetExampleGen", "StatisticsGen", "ImportSchemaGen", "SchemaGuard",
               "Transform")
 
@@ -52,11 +65,10 @@ def _write(data: str, span: int, table) -> None:
     pq.write_table(table, os.path.join(folder, "part-0.parquet"))
 
 
-def _shuffled_labels(data: str, span: int) -> None:
+def _one_label_class(data: str, span: int) -> None:
     table = demo_data.make_span_table(span, ROWS)
-    labels = np.random.default_rng(7).permutation(np.asarray(table.column("clicked")))
     _write(data, span, table.set_column(table.schema.get_field_index("clicked"), "clicked",
-                                        pa.array(labels, pa.int64())))
+                                        pa.array(np.zeros(ROWS, np.int64), pa.int64())))
 
 
 def _planted_overflow(data: str, span: int) -> None:
@@ -67,15 +79,52 @@ def _planted_overflow(data: str, span: int) -> None:
                                         pa.array(item, pa.int64())))
 
 
-def _demo(work: str, raw_feeds) -> dict:
-    """`tfx-bridge demo` on one span, as a user runs it; checks what it printed and
+def _cli(capfd, *args):
+    """(exit code, stdout, stderr) of ``tfx-bridge ARGS`` in this process."""
+    code = cli.main(list(args))
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+def _run_args(work: str) -> list:
+    return ["run", "--data-root", os.path.join(work, "data"), "--serving-base-path",
+            os.path.join(work, runner.SERVING_DIR), "--workdir", work, *RUN_FLAGS]
+
+
+def _until(condition, proc, what: str, timeout_s: float = 600):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = condition()
+        if found:
+            return found
+        assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout_s} s"
+        time.sleep(0.5)
+
+
+def _demo(work: str, raw_feeds, capfd) -> dict:
+    """`tfx-bridge demo` on one span, as a user runs it; a `tfx-bridge run` started
+    on its workdir meanwhile is refused naming it. Checks what the demo printed and
     what it served, and returns its JSON summary."""
     import tensorflow_transform as tft
 
     exe = os.path.join(os.path.dirname(sys.executable), "tfx-bridge")
-    proc = subprocess.run([exe, "demo", "--workdir", work, "--spans", "1", "--rows",
-                           str(ROWS), "--train-steps", str(OPTIONS["train_steps"]), "--json"],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.Popen([exe, "demo", "--workdir", work, "--spans", "1", "--rows",
+                             str(ROWS), "--train-steps", str(TRAIN_STEPS), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        head = []  # the demo holds its locks, then writes the span: wait for it
+        while not (head and head[-1].startswith("[1/3] Generated")):
+            head.append(proc.stderr.readline())
+            assert head[-1], "".join(head)
+        code, _, err = _cli(capfd, *_run_args(work), "--json")
+        assert code == cli.EXIT_BUSY, err
+        assert f"pid {proc.pid}" in err and "demo --workdir" in err, err
+        stdout, stderr = proc.communicate(timeout=900)
+    finally:
+        proc.kill()
+        proc.wait()
+    proc.stdout, proc.stderr = stdout, "".join(head) + stderr
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["pushed_path"] == os.path.join(work, runner.SERVING_DIR, "ctr", "1")
@@ -146,22 +195,46 @@ def _latest_model(workdir: str, component: str):
                                                "Model") if f"/{component}/" in a.uri][0]
 
 
+def _running(work: str, component: str):
+    """``component``'s execution while it is RUNNING, read without a write lock."""
+    from ml_metadata import metadata_store
+
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = os.path.join(work, runner.METADATA_FILE)
+    config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    try:
+        store = metadata_store.MetadataStore(config)
+        types = {t.id: t.name.rsplit(".", 1)[-1] for t in store.get_execution_types()}
+        return next((e for e in store.get_executions()
+                     if types[e.type_id] == component
+                     and e.last_known_state == metadata_store_pb2.Execution.RUNNING), None)
+    except Exception:  # noqa: BLE001  (the store is being written: poll again)
+        return None
+
+
+def _summary(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
-def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(tmp_path,
+def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(tmp_path, capfd,
                                                                            raw_feeds):
     work = str(tmp_path / "work")
     data, base = os.path.join(work, "data"), os.path.join(work, runner.SERVING_DIR)
     root = os.path.join(base, "ctr")
+    run = _run_args(work)
 
-    first = _demo(work, raw_feeds)  # span 1, the demo's settings (optimizer and AUC floor defaults)
+    first = _demo(work, raw_feeds, capfd)  # span 1, the demo's settings
     assert first["span"] == 1 and first["pushed_version"] == 1 and first["new_push"]
     assert first["training"]["retrained"] == 1 and first["training"]["warm_started_from"] is None
+    assert serving.versions(root) == [1]  # the run refused meanwhile pushed nothing
     first_weights = torch_model.load_state_dict(
         torch_model.folder_of(_latest_model(work, "PyTorchTrainer").uri))
 
     seen = {e.id for _, e in _executions(work)}
-    again = runner.run_full(work, data, None, base, **OPTIONS)
-    assert not again["new_push"] and again["served_versions"] == [1]
+    code, out, err = _cli(capfd, *run, "--json")
+    again = _summary(out)
+    assert code == cli.EXIT_OK and not again["new_push"] and again["served_versions"] == [1]
     assert again["push_reason"].startswith("identical to version 1")
     rerun = {name: e for name, e in _executions(work) if e.id not in seen}
     for name in DATA_STEPS:
@@ -170,8 +243,45 @@ def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(tmp_p
     # on these very examples, so it is re-emitted rather than trained on them twice.
     assert again["training"]["retrained"] == 0
 
+    # On this unchanged span (the trainer would re-emit), a broken trainer module is
+    # still found now, before any pipeline work.
+    typo = tmp_path / "ctr_trainer.py"
+    typo.write_text("def run_fn(fn_args)\n    pass\n")
+    start = time.monotonic()
+    code, _, err = _cli(capfd, *run, "--trainer-module", str(typo))
+    assert code == cli.EXIT_BAD_INPUT and f"--trainer-module {typo} does not import: " \
+        f"SyntaxError" in err and f"(at {typo}:1)" in err, err
+    assert time.monotonic() - start < 20 and "internal error" not in err
+    # A newest span without Parquet files is refused by name; v1 stays served.
+    os.makedirs(os.path.join(data, "span-2"))
+    code, _, err = _cli(capfd, *run)
+    assert code == cli.EXIT_BAD_INPUT and "The newest span folder " \
+        f"{os.path.join(data, 'span-2')} holds no file matching '*.parquet'" in err, err
+    assert serving.versions(root) == [1] and serving.State.load(root).labels == {"stable": 1}
+    os.rmdir(os.path.join(data, "span-2"))
+
+    # Span 2: a run killed while it trains (the cron host rebooted) ...
     demo_data.write_demo_spans(data, spans=[2], rows_per_span=ROWS, files_per_span=1)
-    second = runner.run_full(work, data, None, base, **OPTIONS)
+    exe = os.path.join(os.path.dirname(sys.executable), "tfx-bridge")
+    killed = subprocess.Popen([exe, *run, "--quiet"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        trainer = _until(lambda: _running(work, "PyTorchTrainer"), killed, "training")
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+    # ... then the next run takes over its lock, marks what it left RUNNING, and
+    # trains: warm-started from the latest blessed model.
+    code, out, err = _cli(capfd, *run, "--json")
+    second = _summary(out)
+    assert code == cli.EXIT_OK, err
+    assert f"from a run that died holding it (pid {killed.pid}" in err, err
+    assert f"PyTorchTrainer (execution {trainer.id}): left RUNNING by a killed run, " \
+        "marked FAILED" in err, err
+    marked = {e.id: e for _, e in _executions(work)}[trainer.id]
+    assert marked.last_known_state == metadata_store_pb2.Execution.FAILED
+    assert "its run was killed" in marked.custom_properties[
+        run_state.ABANDONED_PROPERTY].string_value
     assert second["span"] == 2 and second["pushed_version"] == 2 and second["new_push"]
     trained = _latest_model(work, "PyTorchTrainer")
     assert trained.custom_properties["retrained"].int_value == 1
@@ -183,25 +293,29 @@ def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(tmp_p
     assert all(torch.equal(v1[k], first_weights[k]) for k in v1)
     assert second["push_reason"] == "pushed as version 2 (stable)"
 
-    _shuffled_labels(data, 3)
-    third = runner.run_full(work, data, None, base, **OPTIONS)
+    # Span 3, every label 0: trained, and refused by the Evaluator with its reason.
+    _one_label_class(data, 3)
+    code, out, err = _cli(capfd, *run, "--json")
+    third = _summary(out)
+    assert code == cli.EXIT_CHECK_FAILED, err
     assert third["span"] == 3 and third["training"]["retrained"] == 1
-    assert not third["pushed"] and "Evaluator" in third["push_reason"]
-    # ... with TFMA's own words for the threshold that failed.
-    assert "(Evaluator: " in third["push_reason"] and "auc" in third["push_reason"].lower()
+    assert third["training"]["eval_auc"] is None  # undefined, not 0.5 or NaN
+    assert not third["pushed"] and "(Evaluator: " in third["push_reason"]
+    assert "(Evaluator: AUC undefined: every eval label is 0)" in third["push_reason"], \
+        third["push_reason"]
+    assert "AUC undefined: every eval label is 0" in out
     assert serving.State.load(root).labels["stable"] == 2
 
     trainer_runs = sum(1 for name, _ in _executions(work) if name == "PyTorchTrainer")
     _planted_overflow(data, 4)
-    with pytest.raises(AnomaliesFound, match=r"feature 'item_id' \(data_vs_consumer.range\)"):
-        runner.run_full(work, data, None, base, **OPTIONS)
+    code, _, err = _cli(capfd, *run)
+    assert code == cli.EXIT_CHECK_FAILED
+    assert "feature 'item_id' (data_vs_consumer.range)" in err, err
     assert sum(1 for name, _ in _executions(work) if name == "PyTorchTrainer") == trainer_runs
 
+    # Span 4 removed: the run reuses span 3's cached work, and says span 3; quietly.
+    shutil.rmtree(os.path.join(data, "span-4"))
+    code, out, err = _cli(capfd, *run, "--json", "--quiet")
+    assert code == cli.EXIT_CHECK_FAILED and _summary(out)["span"] == 3
+    assert "started" not in err and "done in" not in err and "Loading" not in err, err
     assert serving.versions(root) == [1, 2]
-    assert serving.State.load(root).labels["stable"] == 2
-    assert not [d for d in os.listdir(root) if d.startswith(serving.STAGING_PREFIX)]
-    # Version 2 answers a raw record, string country and all.
-    served = tf.saved_model.load(os.path.join(root, "2"))
-    out = served.signatures["serving_tf_example"](
-        examples=tf.constant([_raw_eval_record(work)]))
-    assert 0.0 < float(out["score"][0, 0]) < 1.0

@@ -103,25 +103,44 @@ def test_outputs_since_are_this_runs_only_cached_reuse_included(tmp_path):
     assert outputs_since(path, latest_execution_id(path)) == {}
 
 
-def test_evaluator_reason_names_failed_thresholds_and_an_undefined_auc(tmp_path):
+def _evaluation(folder, failures, mean_label=None):
+    """An Evaluator output as TFMA 0.47 writes it (measured: an AUC over one label
+    class is written as 0.0, with no message): validations.tfrecord and metrics."""
     import tensorflow as tf
+    from tensorflow_model_analysis.proto import metrics_for_slice_pb2 as mfs
     from tensorflow_model_analysis.proto import validation_result_pb2 as vr
 
+    folder.mkdir()
+    result = vr.ValidationResult(validation_ok=False)
+    added = result.metric_validations_per_slice.add().failures
+    for name, value, lower, message in failures:
+        failure = added.add(message=message)
+        failure.metric_key.name, failure.metric_key.model_name = name, "candidate"
+        failure.metric_value.double_value.value = value
+        failure.metric_threshold.value_threshold.lower_bound.value = lower
+    with tf.io.TFRecordWriter(str(folder / "validations.tfrecord")) as w:
+        w.write(result.SerializeToString())
+    metrics = mfs.MetricsForSlice()
+    if mean_label is not None:
+        kv = metrics.metric_keys_and_values.add()
+        kv.key.name, kv.key.model_name = "mean_label", "candidate"
+        kv.value.double_value.value = mean_label
+    with tf.io.TFRecordWriter(str(folder / "metrics-00000-of-00001.tfrecord")) as w:
+        w.write(metrics.SerializeToString())
+    return str(folder)
+
+
+def test_evaluator_reason_names_failed_thresholds_and_an_undefined_auc(tmp_path):
     from tfx_bridge.pipelines.runner import evaluator_reason
 
-    result = vr.ValidationResult(validation_ok=False)
-    failures = result.metric_validations_per_slice.add().failures
-    nan = failures.add(message="Metric auc with value nan is below the lower bound 0.6")
-    nan.metric_key.name = "auc"
-    nan.metric_value.double_value.value = float("nan")
-    low = failures.add(message="Metric loss with value 0.9 is above the upper bound 0.7")
-    low.metric_key.name = "loss"
-    low.metric_value.double_value.value = 0.9
-    with tf.io.TFRecordWriter(str(tmp_path / "validations.tfrecord")) as w:
-        w.write(result.SerializeToString())
-    assert evaluator_reason(str(tmp_path)) == (
-        "auc undefined (NaN): the eval split holds one label class only; Metric loss with "
-        "value 0.9 is above the upper bound 0.7")
+    one_class = _evaluation(tmp_path / "one", [("auc", 0.0, 0.5, "")], mean_label=0.0)
+    assert evaluator_reason(one_class) == "AUC undefined: every eval label is 0"
+    low = _evaluation(tmp_path / "low", [
+        ("auc", 0.48, 0.5, ""),
+        ("loss", 0.9, 0.0, "Metric loss with value 0.9 is above the upper bound 0.7")],
+        mean_label=0.3)
+    assert evaluator_reason(low) == ("auc 0.48 is below the lower bound 0.5; Metric loss "
+                                     "with value 0.9 is above the upper bound 0.7")
     assert evaluator_reason(str(tmp_path / "none")) is None
 
 

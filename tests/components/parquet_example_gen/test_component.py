@@ -104,7 +104,8 @@ def test_component_defaults_match_stock_examplegen():
     props = gen.exec_properties
     assert json.loads(props["output_config"])["split_config"]["splits"] == [
         {"name": "train", "hash_buckets": 2}, {"name": "eval", "hash_buckets": 1}]
-    assert json.loads(props["config"]) == {"columns": None, "batch_size": 20_000}
+    assert json.loads(props["config"]) == {"columns": None, "batch_size": 20_000,
+                                          "allow_empty_splits": False}
     assert gen.outputs["examples"].type_name == "Examples"
     assert isinstance(gen, FileBasedExampleGen)
 

@@ -169,6 +169,28 @@ def test_concurrent_publishes_get_distinct_complete_versions(models, warmup, tmp
         assert _complete(os.path.join(base, "ctr", str(v)), models["a"])
 
 
+_PUBLISH_SAME = (
+    "import sys\n"
+    "from tfx_bridge.components.serving_pusher import publish, serving\n"
+    "try:\n"
+    "    print(serving.publish(sys.argv[1], sys.argv[2], 'ctr', sys.argv[3], digest='sha:x'))\n"
+    "except publish.AlreadyPublished as e:\n"
+    "    print(f'same {e.version}')\n")
+
+
+def test_concurrent_publishes_of_one_model_make_one_version(models, warmup, tmp_path):
+    """Each push checked "identical?" before the lock; the check repeated under it
+    keeps the same model (one digest) from two versions."""
+    base = str(tmp_path / "serving")
+    procs = [subprocess.Popen([sys.executable, "-c", _PUBLISH_SAME, models["a"], base, warmup],
+                              stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    got = sorted(p.communicate(timeout=300)[0].strip() for p in procs)
+    assert got == ["1", "same 1", "same 1"]
+    assert serving.versions(os.path.join(base, "ctr")) == [1]
+    assert not [d for d in os.listdir(os.path.join(base, "ctr"))
+                if d.startswith(serving.STAGING_PREFIX)]
+
+
 def test_versions_monotonic_after_versions_removed(models, warmup, tmp_path):
     """A counter, not the clock or a folder listing: a removed top version is not reused."""
     base = str(tmp_path / "serving")
