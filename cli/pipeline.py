@@ -70,7 +70,8 @@ def _run_lock(args: argparse.Namespace, folder: str, model_name: Optional[str] =
     what, name = "this workdir", runlock.LOCK_FILE
     if model_name is not None:
         check_model_name(model_name)
-        what, name = f"model {model_name!r} under {folder}", f".tfx-bridge-run-{model_name}.lock"
+        what = f"model {model_name!r} under {folder}"
+        name = runlock.model_lock_name(model_name)
     with runlock.run_lock(folder, args.lock_timeout, what=what, name=name) as dead:
         if dead is not None and not args.quiet:
             print(f"Took over the run lock of {what} from a run that died holding it "

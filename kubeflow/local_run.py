@@ -13,18 +13,21 @@ store (``<root>/local-run-<id>/<task>/<key>``), else under ``root``; the tasks'
 executor output files stay under ``root``. Importer tasks yield their artifact URI; resolver tasks
 (LatestBlessedModelStrategy) yield nothing, as in a fresh project with no
 blessed model yet. It proves the compiled pipeline runs under the Kubeflow
-entrypoints, not only under LocalDagRunner.
+entrypoints, not only under LocalDagRunner. It holds the run locks
+``tfx-bridge run`` takes (``root`` and a local serving base path's model), so
+the two never run one pipeline at once: a busy lock exits 4 naming its holder.
 
     python -m tfx_bridge.kubeflow.local_run pipeline.json /tmp/kfp-local
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import uuid
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 PLACEHOLDER = "{{$}}"
 
@@ -90,16 +93,67 @@ def _mapped(parameters: Dict[str, dict], path_map: Dict[str, str]) -> Dict[str, 
     return out
 
 
+def _served_model(tasks: Dict[str, dict], path_map: Dict[str, str]
+                  ) -> Optional[Tuple[str, str]]:
+    """(serving base path, model name) of the spec's ServingPusher, if it has one."""
+    for task in tasks.values():
+        value = task.get("inputs", {}).get("parameters", {}).get("config", {})
+        text = value.get("runtimeValue", {}).get("constantValue", {}).get("stringValue")
+        try:
+            config = json.loads(text) if text else None
+        except ValueError:
+            continue
+        if isinstance(config, dict) and {"base_path", "model_name", "server_base_path"} \
+                <= set(config):
+            mapped = _mapped({"p": {"stringValue": str(config["base_path"])}}, path_map)
+            return mapped["p"]["stringValue"], str(config["model_name"])
+    return None
+
+
+@contextlib.contextmanager
+def _run_locks(root: str, served: Optional[Tuple[str, str]], timeout_s: float):
+    """The locks ``tfx-bridge run`` takes, on this run's root and the served model (a
+    local serving base path): a second run of either is refused naming the holder."""
+    from tfx_bridge import runlock
+    from tfx_bridge.components.serving_pusher.config import check_model_name
+
+    with contextlib.ExitStack() as stack:
+        places = [(root, runlock.LOCK_FILE, "this local run's root")]
+        if served is not None:
+            base, model = served
+            check_model_name(model)
+            places.append((base, runlock.model_lock_name(model),
+                           f"model {model!r} under {base}"))
+        for folder, name, what in places:
+            dead = stack.enter_context(runlock.run_lock(folder, timeout_s, what=what,
+                                                        name=name))
+            if dead is not None:
+                print(f"Took over the run lock of {what} from a run that died holding it "
+                      f"({dead.describe()}).", file=sys.stderr)
+        yield
+
+
 def run_compiled(spec_path: str, root: str, timeout: int = 1800,
                  extra_env: Dict[str, str] = None,
-                 path_map: Optional[Dict[str, str]] = None) -> Dict[str, Dict[str, list]]:
+                 path_map: Optional[Dict[str, str]] = None,
+                 lock_timeout_s: float = 0.0) -> Dict[str, Dict[str, list]]:
     """Runs every task; returns task -> output key -> runtime artifacts (JSON dicts).
     ``path_map`` maps path prefixes inside the image to local folders (default:
-    :func:`default_path_map`)."""
+    :func:`default_path_map`). Holds the run locks of ``root`` and of the served
+    model (as ``tfx-bridge run``): another run of either waits ``lock_timeout_s``
+    seconds, then :class:`tfx_bridge.runlock.RunLocked` names it."""
     path_map = default_path_map() if path_map is None else path_map
     with open(spec_path) as f:
         job = json.load(f)
     spec = job.get("pipelineSpec", job)
+    with _run_locks(root, _served_model(spec["root"]["dag"]["tasks"], path_map),
+                    lock_timeout_s):
+        return _run_tasks(job, spec, root, timeout, extra_env, path_map)
+
+
+def _run_tasks(job: dict, spec: dict, root: str, timeout: int,
+               extra_env: Optional[Dict[str, str]], path_map: Dict[str, str]
+               ) -> Dict[str, Dict[str, list]]:
     pipeline_root = job.get("runtimeConfig", {}).get("gcsOutputDirectory", "")
     artifact_root = (f"{pipeline_root.rstrip('/')}/local-run-{uuid.uuid4().hex[:8]}"
                      if "://" in pipeline_root else None)
@@ -189,7 +243,12 @@ def main(argv=None) -> int:
                         help="a path prefix inside the component image and the local folder "
                              "that stands for it (repeatable; the image's schemas folder "
                              "maps to this install's by default)")
+    parser.add_argument("--lock-timeout", type=float, default=0.0, metavar="SECONDS",
+                        help="wait this long for another run of this root or served model "
+                             "before exit 4 (busy); default: refuse at once")
     args = parser.parse_args(argv)
+    if not args.lock_timeout >= 0 or args.lock_timeout == float("inf"):
+        parser.error(f"--lock-timeout {args.lock_timeout}: give a number of seconds >= 0")
     if not os.path.isfile(args.spec):
         print(f"{parser.prog}: {args.spec} is not a file; give the JSON that "
               "`tfx-bridge compile-kfp --output FILE` wrote.", file=sys.stderr)
@@ -209,7 +268,17 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 2
         path_map[image] = local
-    outputs = run_compiled(args.spec, args.root, path_map=path_map)
+    from tfx_bridge.errors import BridgeError, Busy
+
+    try:
+        outputs = run_compiled(args.spec, args.root, path_map=path_map,
+                               lock_timeout_s=args.lock_timeout)
+    except Busy as e:
+        print(f"{parser.prog}: {e}", file=sys.stderr)
+        return 4
+    except BridgeError as e:  # a lock path that cannot be a lock, a bad model name
+        print(f"{parser.prog}: {e}", file=sys.stderr)
+        return 2
     print(json.dumps({task: {k: [a["uri"] for a in v] for k, v in outs.items()}
                       for task, outs in outputs.items()}, indent=2))
     return 0

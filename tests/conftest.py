@@ -7,6 +7,35 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest  # noqa: E402
 
+_HOLD_RUN_LOCK = ("import sys, time\n"
+                  "from tfx_bridge.runlock import run_lock\n"
+                  "with run_lock(sys.argv[1], command='tfx-bridge run (the 02:00 cron)',\n"
+                  "              name=sys.argv[2]):\n"
+                  "    print('held', flush=True)\n"
+                  "    time.sleep(600)\n")
+
+
+@pytest.fixture
+def hold_run_lock():
+    """``hold(folder, lock_file_name)``: another process holds that run lock (its
+    command: "tfx-bridge run (the 02:00 cron)") until the test ends; returns it."""
+    import subprocess
+    import sys
+
+    procs = []
+
+    def hold(folder, name):
+        proc = subprocess.Popen([sys.executable, "-c", _HOLD_RUN_LOCK, str(folder), name],
+                                stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "held"
+        return proc
+
+    yield hold
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
 # Files that each take a minute or more, started first: under `--dist loadfile
 # --no-loadscope-reorder` (make test) xdist hands out files in collection order;
 # by default it orders them by test count, which puts the one-test pipeline

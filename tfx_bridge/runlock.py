@@ -117,6 +117,12 @@ def wait_for_flock(fd: int, timeout_s: float, poll_s: float = 0.05) -> bool:
         time.sleep(poll_s)
 
 
+def model_lock_name(model_name: str) -> str:
+    """The run lock file of a served model, in its serving base path: the same for
+    every route that runs a pipeline (``run``, ``demo``, the Kubeflow local runner)."""
+    return f".tfx-bridge-run-{model_name}.lock"
+
+
 @contextlib.contextmanager
 def run_lock(folder: str, timeout_s: float = 0.0, command: Optional[str] = None,
              what: str = "this workdir", name: str = LOCK_FILE) -> Iterator[Optional[Holder]]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 
 import pyarrow as pa
@@ -14,14 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tfx_bridge import cli
-from tfx_bridge.runlock import LOCK_FILE
-
-_HOLD = ("import sys, time\n"
-         "from tfx_bridge.runlock import run_lock\n"
-         "with run_lock(sys.argv[1], command='tfx-bridge run (the 02:00 cron)',\n"
-         "              name=sys.argv[2]):\n"
-         "    print('held', flush=True)\n"
-         "    time.sleep(600)\n")
+from tfx_bridge.runlock import LOCK_FILE, model_lock_name
 
 
 def _main(capfd, *args):
@@ -39,22 +30,16 @@ def _run_args(tmp_path):
 
 @pytest.mark.parametrize("held", ["work", "serving"])
 def test_cli_run_while_another_run_holds_workdir_or_model_exit_4_naming_it(tmp_path, capfd,
-                                                                          held):
-    name = LOCK_FILE if held == "work" else ".tfx-bridge-run-ctr.lock"
-    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path / held), name],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "held"
-        import tfx_bridge.pipelines.runner  # noqa: F401  (imports are not the pipeline's work)
-        start = time.monotonic()
-        code, _, err = _main(capfd, *_run_args(tmp_path), "--json")
-        assert code == cli.EXIT_BUSY, err
-        assert f"pid {proc.pid}" in err and "tfx-bridge run (the 02:00 cron)" in err, err
-        assert "--lock-timeout" in err and "Traceback" not in err
-        assert time.monotonic() - start < 20  # refused before any pipeline work
-    finally:
-        proc.kill()
-        proc.wait()
+                                                                          hold_run_lock, held):
+    proc = hold_run_lock(tmp_path / held,
+                         LOCK_FILE if held == "work" else model_lock_name("ctr"))
+    import tfx_bridge.pipelines.runner  # noqa: F401  (imports are not the pipeline's work)
+    start = time.monotonic()
+    code, _, err = _main(capfd, *_run_args(tmp_path), "--json")
+    assert code == cli.EXIT_BUSY, err
+    assert f"pid {proc.pid}" in err and "tfx-bridge run (the 02:00 cron)" in err, err
+    assert "--lock-timeout" in err and "Traceback" not in err
+    assert time.monotonic() - start < 20  # refused before any pipeline work
 
 
 def test_cli_run_lock_left_by_a_dead_run_taken_over_and_said(tmp_path, capfd):

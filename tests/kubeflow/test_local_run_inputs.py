@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from tfx_bridge.kubeflow import local_run
 from tfx_bridge.kubeflow.compile import IMAGE_SCHEMAS
 
@@ -35,3 +37,26 @@ def test_local_run_image_schema_paths_map_to_this_install_inside_json_configs_to
     assert os.path.isfile(json.loads(mapped["config"]["stringValue"])["contract_path"])
     assert os.path.isfile(mapped["schema_file"]["stringValue"])
     assert mapped["steps"] == {"intValue": "3"}
+
+
+@pytest.mark.parametrize("held", ["root", "model"])
+def test_local_run_while_a_run_holds_its_root_or_model_exit_4_naming_it(tmp_path, capsys,
+                                                                       hold_run_lock, held):
+    """The locks `tfx-bridge run` takes: refused before any task runs."""
+    from tfx_bridge.runlock import LOCK_FILE, model_lock_name
+
+    golden = os.path.join(os.path.dirname(__file__), "golden", "pipeline_train.json")
+    with open(golden) as f:
+        text = f.read()
+    spec = tmp_path / "pipeline.json"
+    # The spec's serving base path, on this machine.
+    spec.write_text(text.replace('\\"base_path\\": \\"/models\\"',
+                                 f'\\"base_path\\": \\"{tmp_path / "serving"}\\"'))
+    assert str(tmp_path / "serving") in spec.read_text()
+    proc = hold_run_lock(*((tmp_path / "root", LOCK_FILE) if held == "root"
+                           else (tmp_path / "serving", model_lock_name("ctr"))))
+    assert local_run.main([str(spec), str(tmp_path / "root")]) == 4
+    err = capsys.readouterr().err
+    assert f"pid {proc.pid}" in err and "tfx-bridge run (the 02:00 cron)" in err, err
+    assert "Traceback" not in err
+    assert os.listdir(tmp_path / "root") == [LOCK_FILE]  # no task ran
