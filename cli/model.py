@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Dict
 
+from tfx_bridge import limits
 from tfx_bridge.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -41,7 +41,10 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
             "Give exactly one of --torchscript FILE, --state-dict FILE (with --module-class), "
             "--onnx FILE, --source-model DIR (a Model folder holding Format-PyTorch/).")
     try:
-        kwargs = json.loads(args.module_kwargs) if args.module_kwargs else None
+        kwargs = (limits.loads_json(args.module_kwargs, "--module-kwargs")
+                  if args.module_kwargs else None)
+    except limits.LimitError:
+        raise
     except ValueError as e:
         raise ImporterConfigError(f"--module-kwargs is not JSON: {e}") from e
     if args.source_model and not model_source.has_pytorch_spec(args.source_model):

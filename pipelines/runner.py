@@ -104,20 +104,20 @@ def check_run_inputs(data_root: str, model_source: Optional[str],
     span = re.compile(r"^span-(\d+)/?$")
     if not fs.isdir(data_root):
         raise RunInputError(f"--data-root {data_root} does not exist.")
-    spans = [d for d in fs.listdir(data_root) if span.match(d)]
+    spans = [d for d in fs.listdir(data_root) if span.fullmatch(d)]
     if not spans:
         raise RunInputError(
             f"--data-root {data_root} holds no span folders: the pipeline reads "
             f"{demo_data.SPAN_PATTERN!r} under it (e.g. {data_root}/span-1/part-0.parquet).")
-    _check_newest_span(data_root, max(spans, key=lambda d: int(span.match(d).group(1))))
+    _check_newest_span(data_root, max(spans, key=lambda d: int(span.fullmatch(d).group(1))))
     if model_source is None:  # trained in the pipeline
         return None, None
     if not fs.isdir(model_source):
         raise RunInputError(f"--model-source {model_source} does not exist.")
     if fs.isfile(fs.join(model_source, model_file)):
         return model_source, None
-    research = sorted((int(span.match(d).group(1)), d.rstrip("/"))
-                       for d in fs.listdir(model_source) if span.match(d)
+    research = sorted((int(span.fullmatch(d).group(1)), d.rstrip("/"))
+                       for d in fs.listdir(model_source) if span.fullmatch(d)
                        and fs.isfile(fs.join(model_source, d.rstrip("/"), model_file)))
     if research:
         chosen = fs.join(model_source, research[-1][1])

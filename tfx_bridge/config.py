@@ -35,6 +35,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, List, Tuple, Type
 
+from tfx_bridge import limits
 from tfx_bridge.errors import BridgeError
 
 _NAMES = {bool: "a bool", int: "an int", float: "a number", str: "a string",
@@ -124,7 +125,7 @@ class Config:
     @classmethod
     def from_json(cls, text: str):
         try:
-            fields = json.loads(text)
+            fields = limits.loads_json(text, f"{cls.COMPONENT} config")
             if not isinstance(fields, dict):
                 raise ValueError(f"a JSON object expected, got {type(fields).__name__}")
             return cls(**fields)

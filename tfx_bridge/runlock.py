@@ -85,18 +85,19 @@ def _read(fd: int) -> str:
     return os.pread(fd, _MAX_HOLDER_BYTES, 0).decode("utf-8", errors="replace")
 
 
-def _open_lock_file(path: str) -> int:
-    """The lock file, opened without following a symlink or blocking on a FIFO."""
+def open_lock_file(path: str) -> int:
+    """A lock file (created if absent), opened without following a symlink or
+    blocking on a FIFO: the one opener of every lock (run locks, the pusher's)."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise RunLockError(f"{path} is a symlink; remove it (a run lock is a plain "
-                               "file tfx-bridge makes itself).") from e
+            raise RunLockError(f"{path} is a symlink; remove it (a lock is a plain file "
+                               "tfx-bridge makes itself, never a link).") from e
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise RunLockError(f"{path} is not a regular file; remove it (a run lock is a plain "
+        raise RunLockError(f"{path} is not a regular file; remove it (a lock is a plain "
                            "file tfx-bridge makes itself).")
     return fd
 
@@ -142,7 +143,7 @@ def run_lock(folder: str, timeout_s: float = 0.0, command: Optional[str] = None,
         raise RunLockError(f"{folder} is a file, not a folder: give a folder for {what}.")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, name)
-    fd = _open_lock_file(path)
+    fd = open_lock_file(path)
     try:
         if not wait_for_flock(fd, timeout_s, poll_s=0.2):
             holder = Holder.parse(_read(fd))

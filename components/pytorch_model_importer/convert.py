@@ -36,6 +36,7 @@ from typing import Any, Callable, List, Optional, Sequence
 from tfx_bridge.artifacts import examples, layout, savedmodel
 from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 from tfx_bridge.components.pytorch_model_importer import rewrite, transform_wrap
+from tfx_bridge.components.pytorch_model_importer.digest import source_digest
 from tfx_bridge.components.pytorch_model_importer.export import (  # noqa: F401  (the API)
     DEFAULT_OPSET,
     EXPORT_BATCH,
@@ -64,7 +65,6 @@ from tfx_bridge.components.pytorch_model_importer.source import (  # noqa: F401
     check_external_data,
     lazy_torch,
     load_torch_module,
-    source_digest,
 )
 from tfx_bridge.components.pytorch_model_importer.to_tf import converters
 from tfx_bridge.components.pytorch_model_importer.verify import (  # noqa: F401

@@ -38,7 +38,7 @@ def check_output_names(names: Sequence[str]) -> List[str]:
     if not names:
         raise ImporterConfigError(
             "Name every model output, in order, e.g. --output-name score --output-name experts.")
-    bad = [n for n in names if not NAME_PATTERN.match(n)]
+    bad = [n for n in names if not NAME_PATTERN.fullmatch(n)]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if bad or dupes:
         raise ImporterConfigError(f"Output names must be unique identifiers; bad: {bad}, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
+from tfx_bridge import limits
 from tfx_bridge.components.pytorch_trainer.errors import TrainerOutputError
 from tfx_bridge.torch import model as torch_model
 
@@ -27,8 +28,11 @@ def check_trained(folder: str) -> Tuple[torch_model.ModelSpec, Dict[str, float]]
     except torch_model.TorchModelError as e:
         raise TrainerOutputError(f"The model spec in {folder}: {e}") from e
     try:
-        module = cls(**spec.module_kwargs)
+        module = torch_model.build_module(cls, spec.module_kwargs,
+                                          f"{spec.module_class}(**{spec.module_kwargs})")
         module.load_state_dict(state, strict=True)
+    except limits.LimitError:
+        raise
     except Exception as e:  # the user's class: any error means the spec does not rebuild it
         raise TrainerOutputError(
             f"The model spec in {folder} does not rebuild its weights: "

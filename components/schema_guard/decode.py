@@ -18,6 +18,7 @@ from tfx_bridge.components.schema_guard.errors import (
     SchemaGuardInputError,
 )
 from tfx_bridge.storage import fs
+from tfx_bridge.storage.names import check_segment
 
 # --------------------------------------------------------------------------- reading
 
@@ -38,7 +39,10 @@ def split_files(examples_dir: str, split: str) -> List[str]:
 def list_splits(examples_dir: str) -> List[str]:
     if not fs.isdir(examples_dir):
         raise SchemaGuardInputError(f"Examples folder {examples_dir} does not exist.")
-    splits = sorted(d[len("Split-"):] for d in fs.listdir(examples_dir)
+    # Read-back names are checked whole, as given ones are: each names a report folder.
+    splits = sorted(check_segment(d[len("Split-"):], f"Split folder {d!r} in {examples_dir}: "
+                                  "split name")
+                    for d in fs.listdir(examples_dir)
                     if d.startswith("Split-") and fs.isdir(fs.join(examples_dir, d)))
     if not splits:
         raise SchemaGuardInputError(

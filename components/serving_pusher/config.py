@@ -29,7 +29,7 @@ from tfx_bridge.components.serving_pusher.errors import PusherConfigError
 from tfx_bridge.config import Config
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage import fs
-from tfx_bridge.storage.names import check_segment
+from tfx_bridge.storage.names import check_segment, uri_problem
 
 
 def check_model_name(model_name: str) -> str:
@@ -47,6 +47,9 @@ def base_path_problem(base_path: str) -> Optional[str]:
     """Local folders and ``s3://`` only: publishing on an object store needs
     conditional writes (object_store.py), which the filesystem layer has for s3;
     a push must never fall back to a local folder named ``gs:``."""
+    why = uri_problem(base_path)
+    if why:
+        return f"base path {why}"
     if fs.is_remote(base_path) and not base_path.startswith("s3://"):
         return (f"base path {base_path}: ServingPusher publishes to local or mounted folders "
                 "and to s3:// (versions are taken by conditional writes, which tfx-bridge "

@@ -35,7 +35,7 @@ from tfx_bridge.components.serving_pusher.state import (  # noqa: F401  (re-expo
     versions,
 )
 from tfx_bridge.errors import resource_error
-from tfx_bridge.runlock import wait_for_flock
+from tfx_bridge.runlock import open_lock_file, wait_for_flock
 from tfx_bridge.storage import fs
 from tfx_bridge.storage.names import child
 
@@ -62,6 +62,17 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def check_model_root(model_root: str) -> None:
+    """A model's folder in a local base path is a real folder, never a symlink: every
+    lock, staging folder and version is written inside it, so a link would carry
+    them out of the base path."""
+    if os.path.islink(model_root):
+        raise PusherConfigError(
+            f"{model_root} is a symlink (-> {os.readlink(model_root)}): a model's folder "
+            "in the base path must be a real folder, or versions and locks would be "
+            "written where it points. Replace the link with a folder.")
+
+
 @contextlib.contextmanager
 def push_lock(model_root: str, timeout_s: float = 600.0):
     """An exclusive lock in the base path (flock: released if the holder dies).
@@ -72,8 +83,9 @@ def push_lock(model_root: str, timeout_s: float = 600.0):
     if fs.is_remote(model_root):
         yield
         return
+    check_model_root(model_root)
     os.makedirs(model_root, exist_ok=True)
-    fd = os.open(os.path.join(model_root, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock_file(os.path.join(model_root, LOCK_FILE))
     try:
         if not wait_for_flock(fd, timeout_s):
             raise PushLocked(
@@ -137,6 +149,7 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
         return object_store.publish(saved_model_dir, base_path, model_name, warmup_file,
                                     label, digest)
     model_root = child(base_path, model_name)
+    check_model_root(model_root)  # staging is written inside it, before the lock
     os.makedirs(model_root, exist_ok=True)
     staging = child(model_root, f"{STAGING_PREFIX}{uuid.uuid4().hex}")
     try:

@@ -82,6 +82,7 @@ from tfx_bridge.components.serving_pusher.publish import (
     AlreadyPublished,
     State,
     apply_retention,
+    check_model_root,
     clean_stale_staging,
     model_digest,
     publish,
@@ -105,6 +106,7 @@ from tfx_bridge.components.serving_pusher.warmup import (
 )
 from tfx_bridge.storage import fs
 from tfx_bridge.storage.folders import unsafe_links
+from tfx_bridge.storage.names import child
 
 # The gate the pushed Model folder's own report.json holds (optimizer drift check or
 # importer equivalence), named in push reasons on both routes.
@@ -173,6 +175,8 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
                                             config.target)
     batching_overrides, server_base_path = config.batching_parameters, config.server_base_path
     check_base_path(base_path)
+    if not fs.is_remote(base_path):
+        check_model_root(child(base_path, model_name))
     if not fs.isfile(fs.join(saved_model_dir, "saved_model.pb")):
         raise PusherConfigError(f"{saved_model_dir} has no saved_model.pb.")
     # Every argument and the base path's state are checked before anything is published:
@@ -194,9 +198,9 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
     links = unsafe_links(saved_model_dir)
     if links:
         return PushResult(False, None, None,
-                          f"{saved_model_dir} has symlinks a server must not follow: "
-                          + "; ".join(links) + ". Copy the real files into the model folder; "
-                          "nothing pushed", {})
+                          f"{saved_model_dir} has entries a server must not read: "
+                          + "; ".join(links) + ". Copy the real files into the model folder "
+                          "(no links leading out, no FIFOs or devices); nothing pushed", {})
     try:
         check_runs_on(target, requires_gpu)
         new_sig = serving_signature(saved_model_dir)

@@ -13,6 +13,7 @@ import random
 import time
 from typing import Callable, Dict, List, Optional
 
+from tfx_bridge import limits
 from tfx_bridge.components.serving_pusher.base_layout import LABELS, STATE_FILE, TARGETS
 from tfx_bridge.components.serving_pusher.errors import PusherConfigError, PushLocked
 from tfx_bridge.storage import fs
@@ -66,7 +67,7 @@ class State:
         repair = (f"Repair or remove {path} (it is rebuilt from the version folders when "
                   "absent; labels are then set again by the next push or a rollback).")
         try:
-            doc = json.loads(data.decode("utf-8"))
+            doc = limits.loads_json(data, str(path))
             state = cls({str(k): int(v) for k, v in doc.get("labels", {}).items()},
                         int(doc.get("last_version", 0)),
                         {str(k): str(v) for k, v in doc.get("digests", {}).items()},
@@ -92,7 +93,8 @@ class State:
     @classmethod
     def load(cls, model_root: str) -> State:
         path = fs.join(model_root, STATE_FILE)
-        return cls.parse(fs.read_bytes(path) if fs.isfile(path) else None, model_root)
+        return cls.parse(fs.read_bytes(path, nofollow=True) if fs.isfile(path) else None,
+                         model_root)
 
     def dumps(self) -> bytes:
         return json.dumps({"labels": self.labels, "last_version": self.last_version,

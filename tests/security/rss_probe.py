@@ -25,6 +25,11 @@ def main(argv) -> None:
     import pyarrow.parquet  # noqa: F401
     import tensorflow  # noqa: F401
     import tfx_bsl.coders.example_coder  # noqa: F401
+    try:  # the [onnx] extra, for import-model cases
+        import onnx  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError:
+        pass
 
     from tfx_bridge import cli
 

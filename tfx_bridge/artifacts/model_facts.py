@@ -19,9 +19,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Optional, Tuple
 
+from tfx_bridge import limits
 from tfx_bridge.artifacts.layout import REPORT_JSON
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage import fs
@@ -56,7 +56,9 @@ def model_facts(model_dir: str) -> ModelFacts:
                               "tfx-bridge report. Give the importer's or optimizer's output "
                               "folder.")
     try:
-        report = json.loads(fs.read_text(path))
+        report = limits.loads_json(fs.read_bytes(path), str(path))
+    except limits.LimitError:
+        raise
     except (UnicodeDecodeError, ValueError) as e:
         raise ModelFactsError(f"{path} is not JSON ({e}). Give the importer's or optimizer's "
                               "output folder, or remove the file.") from e

@@ -12,11 +12,13 @@ raise :class:`TensorSpecError`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tfx_bridge import limits
 from tfx_bridge.errors import BridgeError
 
 
@@ -79,7 +81,7 @@ def parse_input_spec(text: str) -> TensorSpec:
             f"Input spec {text!r}: expected name:dtype:shape[:lo..hi], e.g. "
             "'user_id:int64:-1:0..49999' or 'image:float32:-1,3,224,224'.")
     name, dtype, shape_text = parts[:3]
-    if not NAME_PATTERN.match(name):
+    if not NAME_PATTERN.fullmatch(name):
         raise TensorSpecError(f"Input spec {text!r}: bad name {name!r}.")
     if dtype not in DTYPES:
         raise TensorSpecError(
@@ -96,9 +98,12 @@ def parse_input_spec(text: str) -> TensorSpec:
         raise TensorSpecError(
             f"Input spec {text!r}: the first dimension is the batch and must be -1 "
             "(e.g. -1 or -1,3,224,224).")
+    # Python ints: a declared shape never overflows before it is compared.
+    limits.check_elements(math.prod(d if d > 0 else 1 for d in shape[1:]),
+                          f"Input spec {text!r}: one row")
     value_range = None
     if len(parts) == 4:
-        m = re.match(r"^(-?[0-9.e+-]+)\.\.(-?[0-9.e+-]+)$", parts[3])
+        m = re.fullmatch(r"(-?[0-9.e+-]+)\.\.(-?[0-9.e+-]+)", parts[3])
         if not m:
             raise TensorSpecError(
                 f"Input spec {text!r}: range {parts[3]!r} must look like 0..999 or -1.5..1.5.")
@@ -132,6 +137,8 @@ def make_inputs(inputs: Sequence[TensorSpec], batch: int, seed: int = 0, free: i
     out = {}
     for spec in inputs:
         shape = spec.concrete_shape(batch, free)
+        limits.check_elements(math.prod(shape), f"Input {spec.name!r} at batch {batch} "
+                              f"(shape {list(shape)})")
         lo, hi = spec.draw_range
         if spec.dtype == "string":  # a raw string feature served through a vocabulary
             out[spec.name] = np.array(

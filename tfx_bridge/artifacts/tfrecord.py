@@ -68,8 +68,9 @@ class _Source:
     dropped from the front of ``buf``, so a record's offset is consumed + pos.
     """
 
-    def __init__(self, f):
+    def __init__(self, f, name: str):
         self._f = f
+        self._name = name
         self.buf = b""
         self.pos = 0
         self.consumed = 0
@@ -77,26 +78,41 @@ class _Source:
         self._raw_eof = not self._pending
         self.gzip = self._pending[:2] == _GZIP_MAGIC
         self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if self.gzip else None
+        self._in_member = False  # a gzip member begun and not yet ended
 
     def _next_chunk(self) -> bytes:
         """At most about one chunk of file bytes (b"" at the end)."""
         if not self._pending:
-            if self._raw_eof:
-                return b""
-            self._pending = self._f.read(_CHUNK)
+            if not self._raw_eof:
+                self._pending = self._f.read(_CHUNK)
+                self._raw_eof = not self._pending
             if not self._pending:
-                self._raw_eof = True
-                return b""
+                return self._end_of_file()
         if self._inflate is None:
             out, self._pending = self._pending, b""
             return out
         # max_length bounds what one call may expand to, so a zip bomb streams.
+        self._in_member = True
         out = self._inflate.decompress(self._pending, _CHUNK)
         self._pending = self._inflate.unconsumed_tail
         if self._inflate.eof:  # concatenated gzip members
             self._pending = self._inflate.unused_data + self._pending
             self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            self._in_member = False
         return out
+
+    def _end_of_file(self) -> bytes:
+        """b"" where the file ends where its format says; a gzip member without its
+        end (a deflate stream cut short, or no trailer with its CRC and length) is
+        a truncated file, whatever record boundary the cut fell on."""
+        if self._inflate is not None and self._in_member:
+            rest = self._inflate.flush()
+            if rest:
+                return rest
+            raise RecordFileError(
+                f"{self._name}: the gzip stream ends before its end (no deflate end or "
+                "gzip trailer; the file is truncated, records may be missing). Re-create it.")
+        return b""
 
     def fill(self, need: int) -> bool:
         """Makes ``buf[pos:]`` hold at least ``need`` bytes; False at the end of the file."""
@@ -131,7 +147,7 @@ def read_batches(path: str, batch_size: int = 1000,
     unpack = struct.Struct("<QI").unpack_from
     try:
         with fs.open_file(path, "rb") as f:
-            src = _Source(f)
+            src = _Source(f, name)
             size = None if src.gzip else fs.size(path)
             batch: List[bytes] = []
             first = index = held = 0

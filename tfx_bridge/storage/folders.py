@@ -1,4 +1,5 @@
-"""Model folders are untrusted: symlinks inside them must not lead out.
+"""Model folders are untrusted: symlinks inside them must not lead out, and
+nothing in them may hang a reader.
 
 Shared by the importer and the pusher. A link that resolves outside the folder
 (a file such as /etc/hostname, a directory elsewhere) or into a loop is refused;
@@ -18,11 +19,15 @@ from __future__ import annotations
 import os
 from typing import List
 
-from tfx_bridge.storage.names import is_inside
+from tfx_bridge.storage.names import is_inside, kind_of
 
 
 def unsafe_links(folder: str) -> List[str]:
-    """Every symlink under ``folder`` that resolves outside it or into a loop."""
+    """Every symlink under ``folder`` that resolves outside it or into a loop, and
+    every entry that is neither a file nor a folder (a FIFO, socket or device:
+    reading or copying it would hang)."""
+    import stat
+
     if "://" in folder:
         return []
     root = os.path.realpath(folder)
@@ -31,6 +36,10 @@ def unsafe_links(folder: str) -> List[str]:
         for name in dirs + files:
             path = os.path.join(dirpath, name)
             if not os.path.islink(path):
+                mode = os.lstat(path).st_mode
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    problems.append(f"{os.path.relpath(path, folder)} ({kind_of(mode)}: "
+                                    "reading it would hang)")
                 continue
             target = os.path.realpath(path)
             rel = os.path.relpath(path, folder)

@@ -32,6 +32,7 @@ import tempfile
 from typing import Iterator, List, Optional, Tuple
 
 from tfx_bridge.storage import local
+from tfx_bridge.storage.names import check_relative
 
 # Scheme -> backend module (imported on first use: s3 needs boto3, gfile TensorFlow).
 BACKENDS = {"s3": "tfx_bridge.storage.s3"}
@@ -95,7 +96,11 @@ def size(path: str) -> int:
     return _backend(path).size(path)
 
 
-def read_bytes(path: str) -> bytes:
+def read_bytes(path: str, nofollow: bool = False) -> bytes:
+    """``nofollow``: a local symlink is refused, not followed (for state and config
+    files, which tfx-bridge writes itself and never as links)."""
+    if nofollow and not is_remote(path):
+        return local.read_bytes(path, nofollow=True)
     return _backend(path).read_bytes(path)
 
 
@@ -189,12 +194,21 @@ def walk(top: str) -> Iterator[Tuple[str, List[str], List[str]]]:
 
 
 def files_under(top: str) -> List[str]:
-    """Relative paths (with '/') of every file under ``top``, sorted."""
+    """Relative paths (with '/') of every file under ``top``, sorted: the one
+    listing every tree copy maps onto a local folder. Each is checked to be a path
+    inside ``top`` (an object store key such as ``m/../../x`` is refused,
+    :class:`~tfx_bridge.storage.names.UnsafeNameError`), and locally a regular
+    file (a FIFO, socket or device is refused, :class:`~tfx_bridge.storage.names.
+    NotAFileError`), before anything is copied."""
     out = []
     for root, _, files in walk(top):
         rel = local.relative(root, top) if not is_remote(top) else \
             root[len(top.rstrip("/")):].strip("/")
-        out.extend(f"{rel}/{name}" if rel else name for name in files)
+        for name in files:
+            path = f"{rel}/{name}" if rel else name
+            out.append(check_relative(path, top))
+            if not is_remote(top):
+                local.check_regular(os.path.join(root, name))
     return sorted(out)
 
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from typing import IO, Iterator, List, Tuple
+
+from tfx_bridge.storage.names import NotAFileError, UnsafeNameError, kind_of
 
 
 def exists(path: str) -> bool:
@@ -45,8 +48,8 @@ def size(path: str) -> int:
     return os.path.getsize(path)
 
 
-def read_bytes(path: str) -> bytes:
-    with open(path, "rb") as f:
+def read_bytes(path: str, nofollow: bool = False) -> bytes:
+    with open_file(path, "rb", nofollow=nofollow) as f:
         return f.read()
 
 
@@ -87,14 +90,58 @@ def create_if_absent(path: str, data: bytes) -> bool:
     return True
 
 
-def open_file(path: str, mode: str = "rb") -> IO:
-    return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+def open_file(path: str, mode: str = "rb", nofollow: bool = False) -> IO:
+    """``open``; for reading, a regular file only: a FIFO, socket or device is
+    refused at once (:class:`NotAFileError`) instead of blocking the reader.
+    ``nofollow`` refuses a symlink (state and config files tfx-bridge writes itself
+    are never links, so one planted there is not followed out of its folder)."""
+    kwargs = {} if "b" in mode else {"encoding": "utf-8"}
+    if "r" not in mode or "+" in mode:
+        return open(path, mode, **kwargs)
+    import errno
+    import fcntl
+
+    # O_NONBLOCK: opening a FIFO without a writer returns at once, so it can be looked at.
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if nofollow and e.errno == errno.ELOOP:
+            raise UnsafeNameError(
+                f"{path} is a symlink (-> {os.readlink(path)}); tfx-bridge writes this file "
+                "itself and never as a link, so it is not followed. Remove the link.") from e
+        raise
+    try:
+        mode_bits = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode_bits):
+            if stat.S_ISDIR(mode_bits):
+                raise IsADirectoryError(f"{path} is a folder")
+            raise _not_a_file(path, mode_bits)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return open(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def copy(src: str, dst: str, overwrite: bool = True) -> None:
     if not overwrite and os.path.exists(dst):
         raise FileExistsError(f"{dst} exists")
+    check_regular(src)
     shutil.copyfile(src, dst)
+
+
+def check_regular(path: str) -> None:
+    """:class:`NotAFileError` unless ``path`` (links followed) is a regular file or a
+    folder: a FIFO, socket or device would hang or never end when read."""
+    mode = os.stat(path).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise _not_a_file(path, mode)
+
+
+def _not_a_file(path: str, mode: int) -> NotAFileError:
+    return NotAFileError(f"{path} is {kind_of(mode)}, not a regular file: reading it could "
+                         "hang. Remove it (only regular files are read).")
 
 
 def rename(src: str, dst: str, overwrite: bool = False) -> None:

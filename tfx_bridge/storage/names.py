@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from tfx_bridge.errors import BridgeError
 
@@ -27,10 +28,36 @@ class UnsafeNameError(BridgeError):
     """A user string that cannot be a path segment, or a path that would leave its root."""
 
 
+class NotAFileError(BridgeError):
+    """A FIFO, socket or device where a file is read: opening it could hang forever."""
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular ``st_mode`` is, in words."""
+    import stat
+
+    return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISBLK(mode) or stat.S_ISCHR(mode) else "not a file")
+
+
+def check_relative(rel: str, root: str) -> str:
+    """``rel`` (with '/') if it names a path inside ``root``: no empty, '.' or '..'
+    segment and no NUL, as an object store key or a listing may hold. Else
+    :class:`UnsafeNameError` naming the key: it would lead out of ``root`` (or
+    nowhere) once mapped onto a local folder."""
+    parts = rel.split("/")
+    if not rel or "\0" in rel or any(p in ("", ".", "..") for p in parts):
+        raise UnsafeNameError(
+            f"{root} holds {rel!r}, which is not a path inside it (an empty, '.' or '..' "
+            "segment, or a NUL byte): copying it would write outside the copy's folder. "
+            "Remove that key (or file) and retry.")
+    return rel
+
+
 def check_segment(value: str, what: str) -> str:
     """``value`` if it is a safe single path segment, else :class:`UnsafeNameError`
     naming it and the rule."""
-    if not isinstance(value, str) or not _SEGMENT.match(value):
+    if not isinstance(value, str) or not _SEGMENT.fullmatch(value):
         raise UnsafeNameError(
             f"{what} {value!r} cannot be used as a folder name: use 1-128 letters, digits, "
             "'_', '-' or '.', not starting with '.' or '-' (e.g. 'ctr' or 'ctr_v2').")
@@ -75,3 +102,18 @@ def child(root: str, *parts: str) -> str:
                     "A name or a symlink inside the folder points out of it: remove the link "
                     "or fix the name.")
     return path
+
+
+def uri_problem(uri: str) -> Optional[str]:
+    """Why an object store URI cannot name a folder: a '.', '..' or empty segment
+    after the bucket. Object stores do not resolve them, so ``s3://b/base/../x``
+    would make keys holding a literal ``..``. None for a clean URI (and for
+    local paths, which the OS resolves)."""
+    if "://" not in uri:
+        return None
+    scheme, rest = uri.split("://", 1)
+    parts = rest.rstrip("/").split("/")
+    if not parts[0] or any(p in ("", ".", "..") for p in parts[1:]) or "\0" in rest:
+        return (f"{uri} has an empty, '.' or '..' segment (object stores keep them "
+                f"literally); give the folder it means, e.g. {scheme}://bucket/models")
+    return None

@@ -17,6 +17,7 @@ import io
 import threading
 from typing import Iterator, List, Optional, Tuple
 
+from tfx_bridge.storage.names import check_relative
 from tfx_bridge.storage.objectstore import ObjectStoreError, check_credentials
 
 _LOCAL = threading.local()
@@ -145,6 +146,8 @@ def walk(top: str) -> Iterator[Tuple[str, List[str], List[str]]]:
     keys, prefixes = _keys(bucket, prefix, "/")
     dirs = sorted(p[len(prefix):].rstrip("/") for p in prefixes)
     files = sorted(k[len(prefix):] for k in keys if not k.endswith("/"))
+    for name in dirs + files:  # "a//b" would walk "a/" forever, "a/../b" out of top
+        check_relative(name, top)
     yield top.rstrip("/"), dirs, files
     for d in dirs:
         yield from walk(f"{top.rstrip('/')}/{d}")

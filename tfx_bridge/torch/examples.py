@@ -294,6 +294,33 @@ class ExamplesDataset(IterableDataset):
                     f"{path}, record {record}: feature {name!r} = {int(values[at])} does not "
                     f"fit {feature.dtype} [{low}, {high}] ({out_of_range.size} values "
                     "in this chunk). Declare int64, or fix the data upstream.")
+        out = np.array(values, dtype=target, copy=True)
+        if values.dtype.kind in "iu" and target.kind == "f":
+            inexact = _inexact_ints(values, out)
+            if inexact.size:
+                at = int(inexact[0])
+                raise ExamplesReadError(
+                    f"{path}, record {first + at // feature.length}: feature {name!r} = "
+                    f"{int(values[at])} is not exactly a {feature.dtype} (it would become "
+                    f"{float(out[at])!r}; {inexact.size} such values in this chunk). Declare int64 "
+                    "(or float64), or fix the data upstream.")
         # A copy in any case: Arrow's buffers are read-only, and training code may
         # write into its batches (torch does not protect a read-only array's memory).
-        return np.array(values, dtype=target, copy=True)
+        return out
+
+
+def _inexact_ints(values: np.ndarray, floats: np.ndarray) -> np.ndarray:
+    """Indices where an integer changed when cast to ``floats``' dtype. Exact up to
+    2**(mantissa bits + 1); above that checked, vectorised while float64 holds the
+    integers exactly (2**53), in Python beyond (rare: ids past 9e15)."""
+    bits = np.finfo(floats.dtype).nmant + 1
+    big = np.flatnonzero((values > 2**bits) | (values < -(2**bits)))  # in integers
+    if not big.size:
+        return big
+    wide = floats[big].astype(np.float64)
+    exact64 = (values[big] <= 2**53) & (values[big] >= -(2**53))
+    changed = np.zeros(big.size, bool)
+    changed[exact64] = wide[exact64] != values[big][exact64].astype(np.float64)
+    for i in np.flatnonzero(~exact64):
+        changed[i] = int(wide[i]) != int(values[big[i]]) if np.isfinite(wide[i]) else True
+    return big[changed]

@@ -31,9 +31,12 @@ import json
 import math
 from typing import Any, Dict, List, Optional
 
+from tfx_bridge import limits
 from tfx_bridge.artifacts import tensorspec
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage import fs
+from tfx_bridge.torch import class_path
+from tfx_bridge.torch.class_path import ALLOWED_MODULES_ENV  # noqa: F401  (re-exported)
 
 PYTORCH_DIR = "Format-PyTorch"
 WEIGHTS_FILE = "weights.pt"
@@ -99,7 +102,9 @@ def read_spec(folder: str) -> ModelSpec:
     if fs.size(path) > 1 << 20:
         raise TorchModelError(f"{path} is over 1 MiB; a model spec is a few lines of JSON.")
     try:
-        data = json.loads(fs.read_text(path))
+        data = limits.loads_json(fs.read_bytes(path), str(path))
+    except limits.LimitError:
+        raise
     except (UnicodeDecodeError, ValueError) as e:
         raise TorchModelError(f"{path} is not JSON ({e}); rewrite it with "
                               "tfx_bridge.torch.model.save.") from e
@@ -122,7 +127,7 @@ def save(folder: str, model, spec: ModelSpec, metrics: Optional[Dict[str, float]
 
     bad = {k: v for k, v in (metrics or {}).items()
            if not isinstance(v, (int, float)) or not math.isfinite(v)
-           or not tensorspec.NAME_PATTERN.match(k)}
+           or not tensorspec.NAME_PATTERN.fullmatch(k)}
     if bad:
         raise TorchModelError(f"metrics {bad}: give finite numbers under identifier names.")
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -139,7 +144,9 @@ def read_metrics(folder: str) -> Dict[str, float]:
     if not fs.isfile(path):
         return {}
     try:
-        data = json.loads(fs.read_text(path))
+        data = limits.loads_json(fs.read_bytes(path), str(path))
+    except limits.LimitError:
+        raise
     except (UnicodeDecodeError, ValueError) as e:
         raise TorchModelError(f"{path} is not JSON ({e}).") from e
     if not isinstance(data, dict) or not all(
@@ -160,7 +167,7 @@ def _trained_field(folder: str, key: str) -> Optional[str]:
     if not fs.isfile(path):
         return None
     try:
-        value = json.loads(fs.read_text(path)).get(key)
+        value = limits.loads_json(fs.read_bytes(path), str(path)).get(key)
     except (UnicodeDecodeError, ValueError, AttributeError):
         return None
     return value if isinstance(value, str) else None
@@ -176,21 +183,48 @@ def trained_recipe(folder: str) -> Optional[str]:
     return _trained_field(folder, "recipe")
 
 
+def build_module(cls, kwargs: dict, what: str):
+    """``cls(**kwargs)``, its parameters' bytes checked first (:mod:`tfx_bridge.limits`)
+    by building it on torch's meta device, where sizes cost no memory: kwargs from
+    a spec or the command line (``out_dim=1e13``) are refused, not allocated."""
+    import itertools
+
+    import torch
+
+    try:
+        with torch.device("meta"):
+            probe = cls(**kwargs)
+    except TypeError:
+        raise
+    except Exception:  # noqa: BLE001  (a module that cannot be built on meta: built below)
+        probe = None
+    if probe is not None:
+        limits.check_parameter_bytes(
+            sum(t.numel() * t.element_size()
+                for t in itertools.chain(probe.parameters(), probe.buffers())), what)
+        del probe
+    return cls(**kwargs)
+
+
 def import_module_class(name: str):
     """The ``torch.nn.Module`` subclass named ``pkg.module:ClassName``.
 
     Importing runs the module's import-time code (module classes are trusted,
-    see README "Trust boundaries"); the class is checked to be a Module
-    subclass before anything calls it, so a name such as ``os:system`` is
-    refused rather than run with the spec's kwargs.
+    see README "Trust boundaries"), so what can be refused is refused first
+    (:func:`tfx_bridge.torch.class_path.check_class_path`: the path's syntax,
+    an allowed set when one is configured, and the name's binding in the
+    module's source, read without running it). After the import the class is
+    checked to be a Module subclass before anything calls it, so a name such as
+    ``os:system`` is refused rather than run with the spec's kwargs.
     """
     import importlib
 
     import torch
 
-    module_path, _, class_name = name.partition(":")
-    if not module_path or not class_name:
-        raise TorchModelError(f"module class {name!r}: expected pkg.module:ClassName.")
+    try:
+        module_path, class_name = class_path.check_class_path(name)
+    except class_path.ClassPathError as e:
+        raise TorchModelError(str(e)) from e
     try:
         cls = getattr(importlib.import_module(module_path), class_name)
     except (ImportError, AttributeError) as e:

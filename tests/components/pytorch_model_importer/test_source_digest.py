@@ -13,11 +13,11 @@ onnx = pytest.importorskip("onnx", reason="needs the [onnx] extra (onnx)")
 
 from onnx import helper, numpy_helper  # noqa: E402
 
+from tfx_bridge.components.pytorch_model_importer.digest import source_digest  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.source import (  # noqa: E402
     SOURCE_ONNX,
     SOURCE_STATE_DICT,
     ModelSource,
-    source_digest,
 )
 
 

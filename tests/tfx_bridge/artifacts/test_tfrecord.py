@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 
 import pytest
 import tensorflow as tf
@@ -109,3 +110,39 @@ def test_read_batches_bytes_per_batch_bounded(tmp_path):
     path = _write(tmp_path / "r", [b"q" * 1000] * 10)
     batches = list(tfrecord.read_batches(path, batch_size=100, max_batch_bytes=2500))
     assert [len(b.records) for b in batches] == [3, 3, 3, 1]
+
+
+def _gzip_cut_at_a_record_boundary(path, records, keep: int) -> str:
+    """A gzip TFRecord file cut inside its deflate stream exactly after ``keep``
+    records (a full flush there makes that a clean cut of the inflated bytes)."""
+    deflate = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # wbits 31: gzip framing
+    data = b""
+    for i, record in enumerate(records):
+        data += deflate.compress(_frame(record))
+        if i + 1 == keep:
+            data += deflate.flush(zlib.Z_FULL_FLUSH)
+            cut = len(data)
+    data += deflate.flush()
+    with open(path, "wb") as f:
+        f.write(data[:cut])
+    return str(path)
+
+
+@pytest.mark.parametrize("how", ["inside_the_deflate_stream", "without_the_trailer"])
+def test_read_batches_gzip_ending_early_refused_not_read_short(tmp_path, how):
+    records = [b"r%04d" % i * 20 for i in range(2024)]
+    if how == "without_the_trailer":
+        full = _write(tmp_path / "full.gz", records, "GZIP")
+        with open(full, "rb") as f:
+            data = f.read()
+        path = tmp_path / "cut.gz"
+        path.write_bytes(data[:-8])  # CRC32 and length gone
+        path = str(path)
+    else:
+        path = _gzip_cut_at_a_record_boundary(tmp_path / "cut.gz", records, keep=2023)
+    with pytest.raises(RecordFileError, match=r"cut\.gz: the gzip stream ends before its "
+                       r"end .*truncated, records may be missing"):
+        _all(path)
+    with pytest.raises(EOFError):  # as Python's own gzip says
+        gzip.decompress(open(path, "rb").read())
+

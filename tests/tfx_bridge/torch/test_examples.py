@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -71,6 +72,31 @@ def test_reader_int64_out_of_int32_range_refused_naming_feature_file_record(tmp_
     # Declared int64, the same data reads.
     ok = dict(FEATURES, item_id=Feature("int64"))
     assert max(int(b["item_id"].max()) for b in ExamplesDataset(root, "train", ok)) == 3e9
+
+
+@pytest.mark.parametrize("dtype, value, becomes", [
+    ("float32", 2**24 + 1, "16777216.0"),
+    ("float32", -(2**31) - 1, "-2147483648.0"),
+    ("float64", 2**53 + 1, "9007199254740992.0"),
+    ("float64", 2**63 - 1, "9.223372036854776e+18"),
+])
+def test_reader_int64_not_exactly_a_float_refused_naming_feature_and_record(tmp_path, dtype,
+                                                                           value, becomes):
+    root = _write(tmp_path, item=lambda i: value if i == 57 else i)
+    with pytest.raises(ExamplesReadError, match=re.escape(
+            f"data-00001.gz, record 7: feature 'item_id' = {value} is not exactly a {dtype} "
+            f"(it would become {becomes};")):
+        list(ExamplesDataset(root, "train",
+                            dict(FEATURES, item_id=Feature(dtype, wire="int64"))))
+
+
+def test_reader_int64_exact_as_float_reads(tmp_path):
+    # Up to 2**24 every int is a float32; above, the even powers and their multiples are.
+    big = [2**24, -(2**24), 2**30, 2**40 + 2**20]
+    root = _write(tmp_path, item=lambda i: big[i // 10 % 4] if i % 10 == 0 else i)
+    features = dict(FEATURES, item_id=Feature("float32", wire="int64"))
+    got = [v for b in ExamplesDataset(root, "train", features) for v in b["item_id"].tolist()]
+    assert set(big) <= set(got)
 
 
 def test_reader_wrong_list_length_refused_naming_record(tmp_path):
