@@ -3,11 +3,11 @@ Pipelines V2)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
+from tfx_bridge.cli import run_env
 from tfx_bridge.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -18,108 +18,14 @@ from tfx_bridge.cli.common import (
     positive_int,
     shown,
 )
-from tfx_bridge.storage import fs, objectstore
+from tfx_bridge.storage import fs
 
 DEFAULT_DEMO_DIR = "demo_output"
 DEFAULT_TRAIN_STEPS = 150
 
 
-def _print_run_summary(result: Dict[str, Any]) -> None:
-    guard = result["schema_guard"]
-    print(f"Span: {result['span']}")
-    verdict = ("clean (blessed)" if guard["blessed"] == 1
-               else f"NOT blessed ({guard['findings']} findings)")
-    print(f"SchemaGuard: {verdict}")
-    training = result.get("training")
-    if training:
-        auc = training["eval_auc"]
-        how = ("trained" if training["retrained"] == 1
-               else "not retrained (the served model was trained on this span)")
-        start = (f", warm start from {training['warm_started_from']}"
-                 if training["warm_started_from"] else "")
-        print(f"PyTorchTrainer: {how}{start}; eval AUC "
-              f"{'not measured' if auc is None else format(auc, '.4f')}")
-    error = result["conversion"]["max_abs_error"]
-    error_text = "not measured" if error is None else format(error, ".3g")
-    print(f"Conversion: max abs error {error_text} "
-          f"({'equivalent' if result['conversion']['blessed'] == 1 else 'NOT equivalent'})")
-    opt = result["optimizer"]
-    print(f"Optimizer: backend {opt['backend']}, p50 {opt['latency_p50_ms_before']:.3f} ms -> "
-          f"{opt['latency_p50_ms_after']:.3f} ms (largest batch)"
-          + (f", needs {opt['serving_flags']}" if opt["serving_flags"] else ""))
-    if result["pushed"]:
-        print(f"Pushed: version {result['pushed_version']} at {result['pushed_path']}"
-              + ("" if result["new_push"] else " (unchanged: no new version)"))
-        raw = result.get("prediction_input") or {}
-        shown = ", ".join(f"{k}={v!r}" for k, v in sorted(raw.items()))
-        print(f"Prediction of the pushed model on one raw eval record ({shown}): "
-              f"{result['prediction']}")
-    else:
-        print(f"Not pushed: {result['push_reason']}")
-    print(f"Served versions: {result['served_versions']}")
-
-
-@contextlib.contextmanager
-def _run_lock(args: argparse.Namespace, folder: str, model_name: Optional[str] = None):
-    """The run lock of this pipeline's workdir, or (``model_name``) of the served model
-    under a local serving base path: a second run waits up to --lock-timeout, then
-    exits 4 naming the holder. A run that died holding it is taken over, and said so."""
-    from tfx_bridge import runlock
-    from tfx_bridge.components.serving_pusher.config import check_model_name
-
-    what, name = "this workdir", runlock.LOCK_FILE
-    if model_name is not None:
-        check_model_name(model_name)
-        what = f"model {model_name!r} under {folder}"
-        name = runlock.model_lock_name(model_name)
-    with runlock.run_lock(folder, args.lock_timeout, what=what, name=name) as dead:
-        if dead is not None and not args.quiet:
-            print(f"Took over the run lock of {what} from a run that died holding it "
-                  f"({dead.describe()}).", file=sys.stderr)
-        yield
-
-
-@contextlib.contextmanager
-def _watched(args: argparse.Namespace, workdir: str):
-    """Around a pipeline run, holding the workdir's lock: executions a killed run left
-    RUNNING are marked first, then a line as each component starts and ends, read from
-    MLMD (pipelines/run_state.py), written to the terminal's stderr even while fd 2
-    goes to the library log. --quiet silences the lines, not the repair."""
-    from tfx_bridge.pipelines import run_state, runner
-
-    metadata = os.path.join(workdir, runner.METADATA_FILE)
-    repaired = run_state.mark_abandoned(metadata)
-    if args.quiet:
-        yield
-        return
-    for line in repaired:
-        print(line, file=sys.stderr)
-    sys.stderr.flush()
-    terminal = os.dup(2)  # before library_logs points fd 2 at the log file
-
-    def say(line: str) -> None:
-        os.write(terminal, f"  {line}\n".encode())
-
-    watcher = run_state.Progress(metadata, say)
-    try:
-        watcher.start()
-        yield
-    finally:
-        try:
-            watcher.stop()
-        finally:
-            os.close(terminal)
-
-
-def _loading(args: argparse.Namespace) -> None:
-    """Said before the imports, which take many seconds: a silent start looks hung."""
-    if not args.quiet:
-        print("Loading TFX, TensorFlow and Beam (some seconds) ...", file=sys.stderr,
-              flush=True)
-
-
 def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
-    _loading(args)
+    run_env.loading(args)
     from tfx_bridge.pipelines import runner
 
     workdir = shown(args.workdir)
@@ -133,13 +39,15 @@ def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
     data_root = fs.join(root, "data")
     pipeline_root = fs.join(root, runner.PIPELINE_ROOT_DIR)
     serving_base = fs.join(root, runner.SERVING_DIR)
-    beam = _object_store_run([root, serving_base])
-    with _run_lock(args, workdir), _run_lock(args, serving_base, "ctr"):
-        return _demo(args, workdir, root, data_root, pipeline_root, serving_base, beam)
+    settings = run_env.beam_settings(args)
+    beam = run_env.object_store_run([root, serving_base])
+    with run_env.run_lock(args, workdir), run_env.run_lock(args, serving_base, "ctr"):
+        return _demo(args, workdir, root, data_root, pipeline_root, serving_base,
+                     (settings, beam))
 
 
 def _demo(args: argparse.Namespace, workdir: str, root: str, data_root: str,
-          pipeline_root: str, serving_base: str, beam) -> Dict[str, Any]:
+          pipeline_root: str, serving_base: str, beam_run) -> Dict[str, Any]:
     from tfx_bridge.pipelines import demo_data, runner
     from tfx_bridge.pipelines import pipeline as pipelines
 
@@ -161,13 +69,14 @@ def _demo(args: argparse.Namespace, workdir: str, root: str, data_root: str,
         options = {"preprocessing_module": pipelines.DEMO_PREPROCESSING,
                    "trainer_module": pipelines.DEMO_TRAINER, "train_steps": args.train_steps}
         chain = "Transform -> PyTorchTrainer -> PyTorchModelImporter"
-    with _watched(args, workdir), library_logs(workdir, args.debug) as logs:
+    with run_env.beam_args(args, beam_run[0], workdir, beam_run[1]) as beam, \
+            run_env.watched(args, workdir), library_logs(workdir, args.debug) as logs:
         result = runner.run_full(workdir, data_root, research, serving_base,
                                  beam_pipeline_args=beam, pipeline_root=pipeline_root,
                                  **options)
     progress("Ran ParquetExampleGen -> StatisticsGen -> ImportSchemaGen -> SchemaGuard -> "
              f"{chain} -> TrtOptimizer -> Evaluator -> ServingPusher" + logs)
-    _print_run_summary(result)
+    run_env.print_run_summary(result)
     progress("Done")
     result["data_root"] = data_root
     result["_exit"] = EXIT_OK if result["pushed"] else EXIT_CHECK_FAILED
@@ -181,6 +90,11 @@ def cmd_compile_kfp(args: argparse.Namespace) -> Dict[str, Any]:
     progress(f"Compiling the pipeline for Kubeflow Pipelines V2 into {args.output} (TFX "
              "loads first: some seconds)")
     options = _mode_options(args)
+    settings = run_env.beam_settings(args)
+    if settings.local_portable:
+        raise UsageError("compile-kfp --beam-runner portable: give the cluster's "
+                         "--job-endpoint and --environment-config (a Kubeflow task cannot "
+                         "start local Beam services for the others).")
     # A .py module file is packaged from this machine: check it now. A dotted path may
     # name a package only the image holds, so it is the tasks' to import.
     _check_user_modules({k: v for k, v in options.items()
@@ -191,30 +105,12 @@ def cmd_compile_kfp(args: argparse.Namespace) -> Dict[str, Any]:
         args.serving_base_path, image=args.image,
         contract_path=args.contract, schema_path=args.schema,
         evaluate=not args.no_evaluate, optimizer_iterations=args.optimizer_iterations,
-        **options)
+        beam_runner=settings, **options)
     progress(f"Built the pipeline ({'hand-over' if args.model_source else 'training'} "
              f"mode) and compiled it with KubeflowV2DagRunner for image {args.image}")
     print(f"Wrote {path}")
     progress("Done")
     return {"output": path, "image": args.image}
-
-
-def _object_store_run(paths: List[str]) -> Optional[List[str]]:
-    """For a pipeline run touching ``s3://``: tensorflow-io registered for the stock
-    components, and Beam's s3 options (from the AWS variables); None otherwise.
-    The last of ``paths`` is the serving base path."""
-    from tfx_bridge import beam
-    from tfx_bridge.components.serving_pusher import serving
-
-    # A serving base path the pusher refuses (gs://) or cannot reach stops the run now,
-    # not after the pipeline's other components have run.
-    serving.check_base_path(paths[-1])
-    if not objectstore.uses_s3(paths):
-        return None
-    objectstore.enable_tfio()
-    args = beam.object_store_args(paths)
-    beam.set_filesystem_options(args)  # the run's checks read span footers before Beam runs
-    return args
 
 
 def _mode_options(args: argparse.Namespace) -> Dict[str, Any]:
@@ -254,23 +150,24 @@ def _check_user_modules(options: Dict[str, Any]) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
-    _loading(args)
+    run_env.loading(args)
     from tfx_bridge.pipelines import runner
 
     progress = Progress(2, enabled=not args.quiet)
     workdir = shown(args.workdir)
     pipeline_root = args.pipeline_root or os.path.join(workdir, runner.PIPELINE_ROOT_DIR)
     options = _mode_options(args)
-    beam = _object_store_run([args.data_root, *([args.model_source] if args.model_source
-                                                else []), pipeline_root,
-                              args.serving_base_path])
+    settings = run_env.beam_settings(args)
+    beam = (settings, run_env.object_store_run([args.data_root, *([args.model_source]
+                                                           if args.model_source else []),
+                                         pipeline_root, args.serving_base_path]))
     # Read-only checks of the inputs first: a refused run creates no folder here (past
     # them, the workdir holds its lock file, and the serving base path only past the
     # user modules' check).
     model_source, note = runner.check_run_inputs(args.data_root, args.model_source)
-    with _run_lock(args, workdir):  # a busy workdir is refused before the user's imports
+    with run_env.run_lock(args, workdir):  # a busy workdir is refused before the user's imports
         _check_user_modules(options)
-        with _run_lock(args, args.serving_base_path, args.model_name):
+        with run_env.run_lock(args, args.serving_base_path, args.model_name):
             return _run(args, workdir, pipeline_root, options, beam, progress, model_source,
                         note)
 
@@ -281,14 +178,15 @@ def _run(args: argparse.Namespace, workdir: str, pipeline_root: str, options, be
 
     if note and not args.quiet:
         print(note, file=sys.stderr)
-    with _watched(args, workdir), library_logs(workdir, args.debug) as logs:
+    with run_env.beam_args(args, beam[0], workdir, beam[1]) as beam_args, \
+            run_env.watched(args, workdir), library_logs(workdir, args.debug) as logs:
         result = runner.run_full(workdir, args.data_root, model_source,
                                  args.serving_base_path, model_name=args.model_name,
-                                 evaluate=not args.no_evaluate, beam_pipeline_args=beam,
+                                 evaluate=not args.no_evaluate, beam_pipeline_args=beam_args,
                                  pipeline_root=pipeline_root,
                                  optimizer_iterations=args.optimizer_iterations, **options)
     progress("Pipeline run finished" + logs)
-    _print_run_summary(result)
+    run_env.print_run_summary(result)
     progress("Done")
     # As demo: 0 when a version is served (new or unchanged), 1 when a check refused it.
     result["_exit"] = EXIT_OK if result["pushed"] else EXIT_CHECK_FAILED
@@ -325,6 +223,24 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _add_beam(p: argparse.ArgumentParser) -> None:
+    from tfx_bridge.beam_runners import RUNNERS
+
+    p.add_argument("--beam-runner", choices=RUNNERS, default="direct",
+                   help="where the Beam steps run (ExampleGen, StatisticsGen, SchemaGuard, "
+                        "Transform, Evaluator); portable without --job-endpoint starts a "
+                        "local job service and worker pool")
+    p.add_argument("--beam-arg", action="append", default=[], metavar="ARG",
+                   help="a Beam pipeline option passed through, e.g. "
+                        "--beam-arg=--flink_master=flink:8081 (repeatable)")
+    p.add_argument("--beam-workers", type=positive_int, default=None,
+                   help="direct: processes; portable: SDK workers")
+    p.add_argument("--job-endpoint", default=None, metavar="HOST:PORT",
+                   help="portable: a cluster's Beam job service")
+    p.add_argument("--environment-config", default=None, metavar="HOST:PORT",
+                   help="portable: the cluster's external SDK worker pool")
+
+
 def _add_lock_timeout(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lock-timeout", type=_seconds, default=0.0,
                    help="seconds to wait for another run of this workdir or served model "
@@ -349,6 +265,7 @@ def add_parser(sub) -> None:
                       help="s3:// URI for the data, research output, pipeline root and "
                            "serving base path (as on Kubeflow); MLMD stays in --workdir")
     _add_lock_timeout(demo)
+    _add_beam(demo)
     add_common(demo)
     demo.set_defaults(func=cmd_demo)
 
@@ -361,6 +278,7 @@ def add_parser(sub) -> None:
                        help="the folder with span-<n>/ Parquet folders, as the tasks see it")
     _add_mode(kfp_p)
     kfp_p.add_argument("--no-evaluate", action="store_true", help="leave out the Evaluator gate")
+    _add_beam(kfp_p)
     kfp_p.add_argument("--optimizer-iterations", type=positive_int, default=50,
                        help="TrtOptimizer's timed calls per candidate and batch size")
     kfp_p.add_argument("--serving-base-path", default="/models")
@@ -390,5 +308,6 @@ def add_parser(sub) -> None:
     run.add_argument("--optimizer-iterations", type=positive_int, default=50,
                      help="TrtOptimizer's timed calls per candidate and batch size")
     _add_lock_timeout(run)
+    _add_beam(run)
     add_common(run)
     run.set_defaults(func=cmd_run)

@@ -18,7 +18,8 @@ def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
         target=args.target, allow_contract_change=args.allow_contract_change,
         keep_versions=args.keep_versions, warmup_records=args.warmup_records,
         server_base_path=args.server_base_path)
-    saved_model = savedmodel.resolve_saved_model(args.model)
+    # push() checks the folder's entries itself and records a refusal (exit 1).
+    saved_model = savedmodel.resolve_saved_model(args.model, check_entries=False)
     facts = model_facts(args.model)  # as the executor reads the artifact folder
     blessings = {}
     if facts.blessed is not None:

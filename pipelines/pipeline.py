@@ -165,6 +165,7 @@ def create_pipeline(
     custom_config: Optional[dict] = None,
     transform_source: Optional[str] = None,
     transform_statistics: bool = False,
+    beam_runner=None,
 ) -> tfx_pipeline.Pipeline:
     """The whole bridge: Parquet spans in, a TF Serving push out, in one of two modes.
 
@@ -193,11 +194,19 @@ def create_pipeline(
     the pusher. Only resolver strategies KubeflowV2DagRunner compiles are used
     (LatestBlessedModelStrategy), and no InfraValidator. ``optimizer_candidates``
     chooses TrtOptimizer's CPU candidates (default: those stock TF Serving
-    serves without experimental flags).
+    serves without experimental flags). ``beam_runner``, a
+    :class:`tfx_bridge.beam_runners.BeamSettings`, is checked now (a preset that
+    cannot work raises before anything is built) and its options go before
+    ``beam_pipeline_args``; a portable runner here needs its endpoints (the
+    CLI's ``run`` starts local ones).
     """
+    from tfx_bridge import beam_runners
     from tfx_bridge.components.pytorch_model_importer import PyTorchModelImporter
     from tfx_bridge.components.serving_pusher import ServingPusher
     from tfx_bridge.components.trt_optimizer import TrtOptimizer
+
+    runner_args = (beam_runners.pipeline_args(beam_runners.check(beam_runner))
+                   if beam_runner is not None else [])
 
     if (model_source is None) == (trainer_module is None):
         raise ValueError("Give trainer_module (train in the pipeline) or model_source "
@@ -281,5 +290,7 @@ def create_pipeline(
                            examples=example_gen.outputs["examples"],
                            base_path=serving_base_path, model_name=model_name)
     components.append(pusher)
+    if runner_args:
+        beam_pipeline_args = runner_args + list(beam_pipeline_args or [])
     return _pipeline(pipeline_name, pipeline_root, components, metadata_path,
                      beam_pipeline_args, enable_cache)

@@ -30,7 +30,7 @@ from typing import List, Mapping, Optional, Sequence
 from tfx_bridge.storage import objectstore
 
 # Options that tell TFX how to ship the user's code; one of them present, no sdist.
-_SHIPPING = ("--sdk_container_image", "--extra_package", "--setup_file",
+SHIPPING = ("--sdk_container_image", "--extra_package", "--setup_file",
              "--requirements_file")
 
 
@@ -75,7 +75,7 @@ def object_store_args(paths: Sequence[Optional[str]], explicit: Optional[List[st
     if not objectstore.uses_s3(paths):
         return args
     args += s3_args(args)
-    if not any(a.startswith(_SHIPPING) for a in args):
+    if not any(a.startswith(SHIPPING) for a in args):
         args.append(f"--sdk_container_image={sdk_image()}")
     return args
 

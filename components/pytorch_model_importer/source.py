@@ -70,6 +70,7 @@ class ModelSource:
                 f"{fs.join(self.path, 'model.pt')}).")
         if not fs.isfile(self.path):
             raise ModelSourceError(f"Model file {self.path} does not exist.")
+        fs.check_regular(self.path)  # torch and onnx would block on a FIFO
 
 
 def load_torch_module(source: ModelSource):

@@ -2,11 +2,11 @@
 representative feeds (random within the declared ranges, or real Examples)."""
 from __future__ import annotations
 
-import json
 from typing import Dict, Optional
 
 import numpy as np
 
+from tfx_bridge import limits
 from tfx_bridge.artifacts import savedmodel
 from tfx_bridge.components.trt_optimizer.results import (
     IMPORTER_REPORT,
@@ -27,7 +27,7 @@ def input_specs(saved_model_dir: str, fn):
     declared = {}
     report = fs.join(fs.dirname(saved_model_dir.rstrip("/")), IMPORTER_REPORT)
     if fs.exists(report):
-        for text in json.loads(fs.read_text(report)).get("inputs", []):
+        for text in limits.loads_json(fs.read_bytes(report), report).get("inputs", []):
             spec = tensorspec.parse_input_spec(text)
             declared[spec.name] = spec
     specs = []

@@ -5,10 +5,14 @@ Heavy libraries are imported first and the kernel's peak-RSS mark is reset
 over the process's resident set at its start, not import cost.
 
 Usage: python tests/security/rss_probe.py tfx-bridge-args...
-Prints ``RSS_GROWTH <bytes> EXIT <code>`` as its last line.
+(``RSS_PROBE_CAP_MB=N``: the command may add at most N MiB of address space.)
+Prints ``RSS_GROWTH <bytes> EXIT <code>`` after each command; ``--then``
+separates commands run one after another in this process (each measured
+from its own start).
 """
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -18,6 +22,9 @@ def _status(field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+THEN = "--then"
 
 
 def main(argv) -> None:
@@ -33,12 +40,27 @@ def main(argv) -> None:
 
     from tfx_bridge import cli
 
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # resets VmHWM to the current RSS
-    start = _status("VmRSS")
-    code = cli.main(argv)
-    sys.stdout.flush()
-    print(f"RSS_GROWTH {_status('VmHWM') - start} EXIT {code}")
+    cap = os.environ.get("RSS_PROBE_CAP_MB")
+    if cap:  # address space the command may add: an allocation past it fails, not the host
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (_status("VmSize") + int(cap) * (1 << 20), hard))
+    commands, current = [], []
+    for arg in argv:  # "--then" runs another command in the same (warm) process
+        if arg == THEN:
+            commands.append(current)
+            current = []
+        else:
+            current.append(arg)
+    commands.append(current)
+    for command in commands:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        start = _status("VmRSS")
+        code = cli.main(command)
+        sys.stdout.flush()
+        print(f"RSS_GROWTH {_status('VmHWM') - start} EXIT {code}", flush=True)
 
 
 if __name__ == "__main__":

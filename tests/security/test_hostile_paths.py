@@ -88,17 +88,32 @@ def test_validate_fifo_in_a_split_refused_not_hung(tmp_path, cli_in_child):
     assert "Traceback" not in proc.stderr
 
 
+def _savedmodel_with_fifo(folder, fifo: str):
+    """A SavedModel-shaped folder whose ``variables/<fifo>`` is a FIFO."""
+    (folder / "variables").mkdir(parents=True)
+    (folder / "saved_model.pb").write_bytes(b"\x08\x01")
+    os.mkfifo(folder / "variables" / fifo)
+    return str(folder)
+
+
 def test_push_fifo_inside_the_savedmodel_refused_not_hung(tmp_path, cli_in_child):
-    model = tmp_path / "m"
-    (model / "variables").mkdir(parents=True)
-    (model / "saved_model.pb").write_bytes(b"\x08\x01")
-    os.mkfifo(model / "variables" / "variables.index")
-    proc = cli_in_child("push", "--model", str(model), "--base-path", str(tmp_path / "serving"),
+    model = _savedmodel_with_fifo(tmp_path / "m", "variables.index")
+    proc = cli_in_child("push", "--model", model, "--base-path", str(tmp_path / "serving"),
                         "--model-name", "ctr", "--json", timeout=120)
     assert proc.returncode == 1, proc.stderr  # a check refused it: nothing pushed
     assert "variables/variables.index (a FIFO (named pipe): reading it would hang)" in \
         proc.stdout + proc.stderr
     assert not (tmp_path / "serving" / "ctr").exists()
+
+
+def test_optimize_fifo_inside_the_savedmodel_refused_not_hung(tmp_path, cli_in_child):
+    model = _savedmodel_with_fifo(tmp_path / "m", "variables.data-00000-of-00001")
+    proc = cli_in_child("optimize", "--model", model, "--output", str(tmp_path / "out"),
+                        timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "variables/variables.data-00000-of-00001 (a FIFO (named pipe): reading it would " \
+           "hang)" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_files_under_fifo_refused_before_any_copy(tmp_path):
@@ -195,3 +210,13 @@ def test_span_folder_with_a_trailing_newline_is_not_a_span(tmp_path):
         (tmp_path / "research" / name / "weights.pt").write_bytes(b"w")
     chosen, _ = runner.check_run_inputs(str(tmp_path / "data"), str(tmp_path / "research"))
     assert chosen == str(tmp_path / "research" / "span-1")
+
+
+def test_import_model_file_that_is_a_fifo_refused_not_hung(tmp_path, cli_in_child):
+    os.mkfifo(tmp_path / "model.onnx")
+    proc = cli_in_child("import-model", "--onnx", str(tmp_path / "model.onnx"), "--input",
+                        "x:float32:-1,3", "--output-name", "y", "--output",
+                        str(tmp_path / "out"), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "model.onnx is a FIFO (named pipe), not a regular file" in proc.stderr
+    assert not (tmp_path / "out").exists()

@@ -21,13 +21,18 @@ PROBE = os.path.join(os.path.dirname(__file__), "rss_probe.py")
 MB = 1 << 20
 
 
-def _probe(*args, env=None):
+def _probe(*args, cap_mb: int = 2048):
+    """[(peak RSS growth, exit code)] of each CLI command (separated by ``--then``) in
+    one child, whose address space may grow by ``cap_mb`` at most (a claim that is
+    allocated fails there, not here); and the child's stderr."""
+    env = dict(os.environ, RSS_PROBE_CAP_MB=str(cap_mb))
     proc = subprocess.run([sys.executable, PROBE, *args], capture_output=True, text=True,
                           timeout=600, env=env)
     assert proc.returncode == 0, f"killed or crashed (rc {proc.returncode}): {proc.stderr[-2000:]}"
-    m = re.search(r"RSS_GROWTH (\d+) EXIT (\d+)", proc.stdout)
-    assert m, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return int(m.group(1)), int(m.group(2)), proc.stderr
+    found = [(int(g), int(c)) for g, c in re.findall(r"RSS_GROWTH (\d+) EXIT (\d+)",
+                                                     proc.stdout)]
+    assert found, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return found, proc.stderr
 
 
 @pytest.fixture
@@ -37,22 +42,20 @@ def linear_weights(tmp_path):
     return str(path)
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--input", "x:float32:-1,100000000"],
-     "one row needs 100,000,000 elements; the limit is 67,108,864 per check input"),
-    (["--input", "x:float32:-1,3", "--module-kwargs",
-      '{"in_features": 3, "out_features": 10000000000000}'],
-     "declares 160,000,000,000,000 bytes of parameters; the limit is"),
-])
-def test_import_model_declared_size_over_a_limit_refused_before_allocating(
-        tmp_path, linear_weights, extra, needle):
-    growth, code, err = _probe(
-        "import-model", "--state-dict", linear_weights, "--module-class", "torch.nn:Linear",
-        "--module-kwargs", '{"in_features": 3, "out_features": 2}', "--output-name", "y",
-        "--output", str(tmp_path / "out"), *extra)
-    assert code == 2, err
-    assert needle in err and "Traceback" not in err, err
-    assert growth < 200 * MB  # the claim is refused, not allocated
+def test_import_model_declared_sizes_over_a_limit_refused_before_allocating(
+        tmp_path, linear_weights):
+    common = ["import-model", "--state-dict", linear_weights, "--module-class",
+              "torch.nn:Linear", "--output-name", "y", "--output", str(tmp_path / "out")]
+    huge_input = [*common, "--module-kwargs", '{"in_features": 3, "out_features": 2}',
+                  "--input", "x:float32:-1,100000000"]
+    huge_module = [*common, "--input", "x:float32:-1,3", "--module-kwargs",
+                   '{"in_features": 3, "out_features": 10000000000000}']
+    found, err = _probe(*huge_input, "--then", *huge_module)
+    assert [code for _, code in found] == [2, 2], err
+    assert "one row needs 100,000,000 elements; the limit is 67,108,864 per check input" in err
+    assert "declares 160,000,000,000,000 bytes of parameters; the limit is" in err
+    assert "Traceback" not in err
+    assert all(growth < 200 * MB for growth, _ in found)  # refused, not allocated
     assert not (tmp_path / "out").exists()
 
 

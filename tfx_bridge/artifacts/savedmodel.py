@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage import fs
+from tfx_bridge.storage.folders import unsafe_links
 
 # Where a Model artifact keeps its SavedModel (TFX's serving-model layout).
 SERVING_DIR = "Format-Serving"
@@ -60,13 +61,19 @@ def signature_specs(saved_model_dir: str, name: str) -> dict:
             "outputs": {k: spec(v) for k, v in signatures[name].outputs.items()}}
 
 
-def resolve_saved_model(path: str) -> str:
-    """A SavedModel folder, or a Model artifact folder holding Format-Serving/."""
-    if fs.exists(fs.join(path, "saved_model.pb")):
-        return path
-    inner = fs.join(path, SERVING_DIR)
-    if fs.exists(fs.join(inner, "saved_model.pb")):
-        return inner
+def resolve_saved_model(path: str, check_entries: bool = True) -> str:
+    """A SavedModel folder, or a Model artifact folder holding Format-Serving/. A
+    local one is checked before TensorFlow reads it: a link leading out of it, or a
+    FIFO, socket or device in it (TF's reader would block on it), is refused
+    (``check_entries=False``: the caller checks and records it, as the pusher does)."""
+    for folder in (path, fs.join(path, SERVING_DIR)):
+        if fs.exists(fs.join(folder, "saved_model.pb")):
+            problems = unsafe_links(folder) if check_entries else []
+            if problems:
+                raise SavedModelError(
+                    f"{folder} has entries a reader must not follow or open: "
+                    + "; ".join(problems) + ". Copy the real files into the model folder.")
+            return folder
     raise SavedModelError(
         f"{path} is neither a SavedModel (no saved_model.pb) nor a Model artifact folder "
         f"(no {SERVING_DIR}/saved_model.pb). Give the folder holding saved_model.pb, or the "

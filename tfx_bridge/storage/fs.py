@@ -78,6 +78,15 @@ def isfile(path: str) -> bool:
     return _backend(path).isfile(path)
 
 
+def check_regular(path: str) -> None:
+    """Refuses a local FIFO, socket or device where a file is read
+    (:class:`~tfx_bridge.storage.names.NotAFileError`): for readers that open the
+    path themselves (torch, onnx, TensorFlow) and would block on it. Objects in a
+    store are always files."""
+    if not is_remote(path):
+        local.check_regular(path)
+
+
 def listdir(path: str) -> List[str]:
     return _backend(path).listdir(path)
 

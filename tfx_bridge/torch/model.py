@@ -247,6 +247,7 @@ def load_state_dict(folder: str) -> Dict[str, Any]:
     if not fs.isfile(path):
         raise TorchModelError(f"{path} does not exist (the model's state_dict).")
     with fs.local_copy(path, prefix="tfx-bridge-weights-") as local:
+        fs.check_regular(local)  # torch.load would block on a FIFO
         try:
             state = torch.load(local, map_location="cpu", weights_only=True)
         except Exception as e:  # torch raises many types for a corrupt or unsafe file

@@ -1,0 +1,116 @@
+"""Beam's portable runner on this machine: a local job service and an external
+SDK worker pool on 127.0.0.1, started for one run and stopped after it.
+
+The job service runs the pipeline's stages; the pool starts SDK-harness worker
+processes that talk to it over the Fn API: the protocol, packaging and
+pickling path of Flink, Spark and Dataflow. The pool starts workers with
+``python`` from ``PATH``, so this interpreter's folder goes first on it. Their
+output goes to ``job_service.log`` and ``worker_pool.log`` in ``log_dir``.
+
+No TFX imports.
+
+Example (not run here: it starts two servers)::
+
+    with local_services("/tmp/logs") as (job_endpoint, environment_config):
+        args = beam_runners.pipeline_args(settings, job_endpoint, environment_config)
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Iterator, Tuple
+
+from tfx_bridge.errors import BridgeError
+
+JOB_SERVICE_LOG = "job_service.log"
+WORKER_POOL_LOG = "worker_pool.log"
+START_TIMEOUT_S = 120.0
+
+
+class PortableServicesError(BridgeError):
+    """The local job service or worker pool did not start (its log tail says why)."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _tail(path: str, lines: int = 15) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:]).strip()
+    except OSError:
+        return ""
+
+
+def worker_env(base=None) -> dict:
+    """The environment the pool's workers start in: this interpreter's folder first
+    on PATH (the pool runs ``python``)."""
+    env = dict(os.environ if base is None else base)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+@contextlib.contextmanager
+def local_services(log_dir: str, cwd: str = None) -> Iterator[Tuple[str, str]]:
+    """Starts a job service and a worker pool; yields (job endpoint, environment
+    config), both ``127.0.0.1:PORT``; stops both (and the pool's workers) after."""
+    os.makedirs(log_dir, exist_ok=True)
+    job_port, pool_port = _free_port(), _free_port()
+    env = worker_env()
+    procs = []
+    try:
+        for module, args, log in (
+                ("apache_beam.runners.portability.local_job_service_main",
+                 ["--port", str(job_port)], JOB_SERVICE_LOG),
+                ("apache_beam.runners.worker.worker_pool_main",
+                 [f"--service_port={pool_port}"], WORKER_POOL_LOG)):
+            with open(os.path.join(log_dir, log), "ab") as out:
+                procs.append((subprocess.Popen(
+                    [sys.executable, "-m", module, *args], stdout=out,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+                    start_new_session=True), os.path.join(log_dir, log)))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for (proc, log), port, what in zip(procs, (job_port, pool_port),
+                                           ("job service", "worker pool"), strict=True):
+            while not _listening(port):
+                ended = proc.poll()
+                if ended is not None or time.monotonic() > deadline:
+                    why = f"exit {ended}" if ended is not None else "timed out"
+                    raise PortableServicesError(
+                        f"the local Beam {what} did not start on 127.0.0.1:{port} ({why}); "
+                        f"its log {log}: {_tail(log) or '(empty)'}")
+                time.sleep(0.2)
+        yield f"127.0.0.1:{job_port}", f"127.0.0.1:{pool_port}"
+    finally:
+        for proc, _ in procs:
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """The process and everything it started (its session): TERM, then KILL."""
+    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # workers the pool left behind
