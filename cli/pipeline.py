@@ -122,10 +122,16 @@ def _mode_options(args: argparse.Namespace) -> Dict[str, Any]:
     if args.model_source is None:
         if args.transform_source:
             raise UsageError("--transform-source is for hand-over mode: give --model-source.")
-        return {"preprocessing_module": args.preprocessing_module
-                or pipelines.DEMO_PREPROCESSING,
-                "trainer_module": args.trainer_module or pipelines.DEMO_TRAINER,
-                "train_steps": args.train_steps}
+        options = {"preprocessing_module": args.preprocessing_module
+                   or pipelines.DEMO_PREPROCESSING,
+                   "trainer_module": args.trainer_module or pipelines.DEMO_TRAINER,
+                   "train_steps": args.train_steps}
+        if args.trainer_workers is not None:  # PyTorchTrainer: torch.distributed ranks
+            options["custom_config"] = {"num_workers": args.trainer_workers}
+        return options
+    if args.trainer_workers is not None:
+        raise UsageError("--trainer-workers trains in the pipeline; --model-source hands "
+                         "over weights: give one of them.")
     if args.trainer_module:
         raise UsageError("--trainer-module trains in the pipeline; --model-source hands "
                          "over weights: give one of them.")
@@ -206,6 +212,9 @@ def _add_mode(p: argparse.ArgumentParser) -> None:
                         "(default: the demo's)")
     p.add_argument("--train-steps", type=positive_int, default=DEFAULT_TRAIN_STEPS,
                    help="PyTorchTrainer steps (train_args.num_steps)")
+    p.add_argument("--trainer-workers", type=positive_int, default=None,
+                   help="PyTorchTrainer processes under torch.distributed (gloo on CPU, "
+                        "nccl with CUDA); default 1")
     p.add_argument("--transform-source", default=None,
                    help="hand-over mode: the TransformGraph folder the weights were trained "
                         "on (default: the pipeline's own Transform)")

@@ -44,6 +44,7 @@ def run_fn(fn_args) -> None:
 
     from tfx_bridge.pipelines import demo_preprocessing as prep
     from tfx_bridge.pipelines.demo_models import CtrTransformed
+    from tfx_bridge.torch import distributed
     from tfx_bridge.torch import model as torch_model
     from tfx_bridge.torch import training as torch_training
     from tfx_bridge.torch.examples import ExamplesDataset, features_from_schema
@@ -57,7 +58,8 @@ def run_fn(fn_args) -> None:
                                     {prep.LABEL: "float32"})
     train = ExamplesDataset.from_patterns(fn_args.train_files, features,
                                           batch_size=int(config["batch_size"]),
-                                          shuffle=True, seed=int(config["seed"]))
+                                          shuffle=True, seed=int(config["seed"]),
+                                          shard=distributed.world())  # this rank's part
     evaluation = ExamplesDataset.from_patterns(fn_args.eval_files, features, batch_size=1024)
 
     kwargs = {"countries": countries, "dim": int(config["item_dim"])}

@@ -135,6 +135,7 @@ ALLOWED_LOCAL_FILE_CALLS = {
     "tfx_bridge/storage/staging.py": "its doctest, on a temp folder",
     "tfx_bridge/runlock.py": "flock on a lock file in a local folder (remote ones take none)",
     "tfx_bridge/portable.py": "the local Beam services' log files in the run's local workdir",
+    "tfx_bridge/torch/distributed.py": "the ranks' error notes in a local temp folder",
     "tfx_bridge/child.py": "a warm child's stdout/stderr files in a temp folder; /proc for its RSS",
     "tfx_bridge/child_worker.py": "the stdout/stderr files its caller made for one run",
     "components/pytorch_model_importer/convert.py":

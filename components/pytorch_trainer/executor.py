@@ -34,6 +34,7 @@ from tfx_bridge.components.pytorch_trainer.spec import (  # noqa: F401  (the key
 )
 from tfx_bridge.errors import BridgeError, describe_failure
 from tfx_bridge.storage import fs
+from tfx_bridge.torch import distributed
 from tfx_bridge.torch import model as torch_model
 
 
@@ -55,6 +56,58 @@ def training_recipe(run_fn, exec_properties: Dict[str, Any],
               for k in ("train_args", "eval_args", "custom_config", MODULE_PATH_KEY)]
     parts.append((artifact_utils.get_single_uri(graph) if graph else "").encode())
     return hashlib.sha256(b"\0".join(parts)).hexdigest()
+
+
+NUM_WORKERS_KEY = "num_workers"  # custom_config: processes training under torch.distributed
+
+
+def num_workers(custom_config) -> int:
+    """``custom_config["num_workers"]`` (default 1), a positive int or refused."""
+    value = (custom_config or {}).get(NUM_WORKERS_KEY, 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RunFnError(f"PyTorchTrainer: custom_config {NUM_WORKERS_KEY}={value!r}: give "
+                         "a whole number of processes, 1 or more.")
+    return value
+
+
+def _fields(fn_args) -> Dict[str, Any]:
+    """FnArgs' plain fields, to rebuild it in a rank (the data accessor holds TFX
+    objects a fresh process cannot take; a run_fn here reads files itself)."""
+    import attr
+
+    return {k: v for k, v in attr.asdict(fn_args, recurse=False).items()
+            if k != "data_accessor"}
+
+
+def _plain(exec_properties: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in exec_properties.items()
+            if v is None or isinstance(v, (str, int, float, bool))}
+
+
+def _rank_fn(run_fn, exec_properties: Dict[str, Any]):
+    """What a rank calls: the run_fn itself when a fresh interpreter can import it by
+    name (an installed module, or the user wheel TFX put on sys.path, which the ranks
+    inherit), else the exec properties to load it from as this executor did."""
+    import importlib.util
+    import pickle
+
+    try:
+        if importlib.util.find_spec(run_fn.__module__) is not None:
+            pickle.dumps(run_fn)
+            return run_fn
+    except Exception:  # noqa: BLE001  (not importable by name: loaded from its source)
+        pass
+    return _plain(exec_properties)
+
+
+def train_rank(run_fn, fields: Dict[str, Any]) -> None:
+    """One rank of a distributed training: the run_fn (or the exec properties to load
+    it from) called with the same FnArgs; the process group is initialised."""
+    from tfx.components.trainer.fn_args_utils import FnArgs
+
+    if isinstance(run_fn, dict):
+        run_fn = udf_utils.get_fn(run_fn, RUN_FN_KEY)
+    run_fn(FnArgs(**fields))
 
 
 class Executor(trainer_executor.GenericExecutor):
@@ -101,9 +154,17 @@ class Executor(trainer_executor.GenericExecutor):
             fs.copy_tree(fn_args.base_model, fn_args.serving_model_dir)
             retrained = 0
         else:
-            logging.info("PyTorchTrainer: training (warm start from %s).", fn_args.base_model)
+            workers = num_workers(fn_args.custom_config)
+            logging.info("PyTorchTrainer: training on %d process(es) (warm start from %s).",
+                         workers, fn_args.base_model)
             try:
-                run_fn(fn_args)
+                if workers > 1:
+                    distributed.run(train_rank, (_rank_fn(run_fn, exec_properties),
+                                                 _fields(fn_args)), nprocs=workers)
+                else:
+                    run_fn(fn_args)
+            except distributed.DistributedRunError as e:
+                raise RunFnError(f"PyTorchTrainer: the run_fn {where}: {e}") from e
             except BridgeError:
                 raise  # already says what and where (tfx_bridge.torch helpers)
             except Exception as e:  # the user's code: name it, not an internal error

@@ -5,7 +5,8 @@ Heavy libraries are imported first and the kernel's peak-RSS mark is reset
 over the process's resident set at its start, not import cost.
 
 Usage: python tests/security/rss_probe.py tfx-bridge-args...
-(``RSS_PROBE_CAP_MB=N``: the command may add at most N MiB of address space.)
+(``RSS_PROBE_CAP_MB=N``: the command may add at most N MiB of address space;
+``RSS_PROBE_IMPORTS=torch,onnx``: more libraries imported before measuring.)
 Prints ``RSS_GROWTH <bytes> EXIT <code>`` after each command; ``--then``
 separates commands run one after another in this process (each measured
 from its own start).
@@ -28,15 +29,15 @@ THEN = "--then"
 
 
 def main(argv) -> None:
+    import importlib
+
     import apache_beam  # noqa: F401
     import pyarrow.parquet  # noqa: F401
     import tensorflow  # noqa: F401
     import tfx_bsl.coders.example_coder  # noqa: F401
-    try:  # the [onnx] extra, for import-model cases
-        import onnx  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError:
-        pass
+
+    for name in filter(None, os.environ.get("RSS_PROBE_IMPORTS", "").split(",")):
+        importlib.import_module(name)  # e.g. torch,onnx for import-model: not its growth
 
     from tfx_bridge import cli
 

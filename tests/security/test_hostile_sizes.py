@@ -25,7 +25,7 @@ def _probe(*args, cap_mb: int = 2048):
     """[(peak RSS growth, exit code)] of each CLI command (separated by ``--then``) in
     one child, whose address space may grow by ``cap_mb`` at most (a claim that is
     allocated fails there, not here); and the child's stderr."""
-    env = dict(os.environ, RSS_PROBE_CAP_MB=str(cap_mb))
+    env = dict(os.environ, RSS_PROBE_CAP_MB=str(cap_mb), RSS_PROBE_IMPORTS="torch,onnx")
     proc = subprocess.run([sys.executable, PROBE, *args], capture_output=True, text=True,
                           timeout=600, env=env)
     assert proc.returncode == 0, f"killed or crashed (rc {proc.returncode}): {proc.stderr[-2000:]}"

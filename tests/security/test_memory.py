@@ -122,18 +122,20 @@ def test_validate_forged_terabyte_header_exit_2_not_signal(tmp_path, schema, cap
             "1099511627776 bytes, over the limit of 67108864 bytes") in err
 
 
-def test_validate_record_over_limit_refused_before_it_is_read(tmp_path, schema):
+def test_validate_record_over_limit_refused_before_it_is_read_and_under_it_bounded(
+        tmp_path, schema):
+    """One child, two commands (the refusal first: the second is measured from its own
+    start, and reuses none of a big first one's memory)."""
     examples = _record_file(tmp_path / "ex", _blob_example(SIZE))
-    growth, code, err = _probe("validate", "--examples", examples, "--schema", schema,
-                               "--output", str(tmp_path / "out"), "--max-record-mb", "16",
-                               "--quiet")
-    assert code == 2 and "over the limit of 16777216 bytes" in err, err
-    assert growth < SIZE // 2
-
-
-def test_validate_record_under_limit_peak_rss_under_4x(tmp_path, schema):
-    examples = _record_file(tmp_path / "ex", _blob_example(SIZE))
-    growth, code, err = _probe("validate", "--examples", examples, "--schema", schema,
-                               "--output", str(tmp_path / "out"), "--quiet")
-    assert code == 0, err
-    assert growth < 4 * SIZE, f"peak RSS grew {growth / MB:.0f} MB for a {SIZE // MB} MB record"
+    args = ["validate", "--examples", examples, "--schema", schema, "--quiet"]
+    proc = subprocess.run([sys.executable, PROBE, *args, "--output", str(tmp_path / "o1"),
+                           "--max-record-mb", "16", "--then", *args, "--output",
+                           str(tmp_path / "o2")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"killed or crashed (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    (refused, refused_code), (read, read_code) = [
+        (int(g), int(c)) for g, c in re.findall(r"RSS_GROWTH (\d+) EXIT (\d+)", proc.stdout)]
+    assert refused_code == 2 and "over the limit of 16777216 bytes" in proc.stderr, proc.stderr
+    assert refused < SIZE // 2
+    assert read_code == 0, proc.stderr
+    assert read < 4 * SIZE, f"peak RSS grew {read / MB:.0f} MB for a {SIZE // MB} MB record"

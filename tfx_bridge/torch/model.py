@@ -122,8 +122,14 @@ def read_spec(folder: str) -> ModelSpec:
 def save(folder: str, model, spec: ModelSpec, metrics: Optional[Dict[str, float]] = None
          ) -> None:
     """Writes the state_dict, the spec and (optionally) eval metrics into ``folder``
-    (a URI: written locally, then copied). Metrics must be finite numbers."""
+    (a URI: written locally, then copied). Metrics must be finite numbers. In a
+    distributed run only rank 0 writes (the ranks hold the same weights)."""
     import torch
+
+    from tfx_bridge.torch import distributed
+
+    if not distributed.is_primary():
+        return
 
     bad = {k: v for k, v in (metrics or {}).items()
            if not isinstance(v, (int, float)) or not math.isfinite(v)

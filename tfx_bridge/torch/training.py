@@ -79,12 +79,41 @@ def fit(model: torch.nn.Module, batches: Iterable[Dict[str, torch.Tensor]],
     ``loss_fn(model, batch)`` returns the mean loss of a batch. Calls
     ``batches.set_epoch(epoch)`` when it has one (a reshuffle per epoch). A
     progress line goes to ``log`` every ``log_every`` steps and at the end.
-    A non-finite loss stops training with the step and epoch.
+    A non-finite loss stops training with the step and epoch. Under a distributed
+    run (:mod:`tfx_bridge.torch.distributed`) the model is wrapped in
+    DistributedDataParallel: give each rank its shard of the data
+    (``ExamplesDataset(..., shard=distributed.world())``).
     Returns ``{"steps", "epochs", "train_loss" (last step), "seconds"}``.
     """
+    import contextlib
+
+    from tfx_bridge.torch import distributed
+
     dev = dev or torch.device("cpu")
     model.to(dev).train()
+    trained, uneven = model, contextlib.nullcontext()
+    if distributed.world()[1] > 1:
+        # Gradients averaged across ranks; join() lets a rank whose shard ends first
+        # stop without leaving the others waiting in an all-reduce.
+        trained = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[dev.index] if dev.type == "cuda" else None)
+        uneven = trained.join()
     start, step, loss_value, epoch = time.monotonic(), 0, float("nan"), 0
+    with uneven:
+        step, loss_value, epoch = _loop(trained, batches, loss_fn, optimizer, epochs,
+                                        max_steps, dev, log_every, log)
+    if step == 0:
+        raise TrainingError("No batch to train on: the training split is empty.")
+    model.eval()
+    seconds = time.monotonic() - start
+    if log:
+        log(f"trained {step} steps ({epoch + 1} epochs) in {seconds:.1f} s, "
+            f"last loss {loss_value:.5f}")
+    return {"steps": step, "epochs": epoch + 1, "train_loss": loss_value, "seconds": seconds}
+
+
+def _loop(model, batches, loss_fn, optimizer, epochs, max_steps, dev, log_every, log):
+    step, loss_value, epoch = 0, float("nan"), 0
     for epoch in range(epochs):
         if hasattr(batches, "set_epoch"):
             batches.set_epoch(epoch)
@@ -104,14 +133,7 @@ def fit(model: torch.nn.Module, batches: Iterable[Dict[str, torch.Tensor]],
                 break
         if max_steps is not None and step >= max_steps:
             break
-    if step == 0:
-        raise TrainingError("No batch to train on: the training split is empty.")
-    model.eval()
-    seconds = time.monotonic() - start
-    if log:
-        log(f"trained {step} steps ({epoch + 1} epochs) in {seconds:.1f} s, "
-            f"last loss {loss_value:.5f}")
-    return {"steps": step, "epochs": epoch + 1, "train_loss": loss_value, "seconds": seconds}
+    return step, loss_value, epoch
 
 
 @torch.no_grad()
