@@ -73,7 +73,7 @@ def _demo(args: argparse.Namespace, workdir: str, root: str, data_root: str,
             run_env.watched(args, workdir), library_logs(workdir, args.debug) as logs:
         result = runner.run_full(workdir, data_root, research, serving_base,
                                  beam_pipeline_args=beam, pipeline_root=pipeline_root,
-                                 **options)
+                                 optimizer_iterations=args.optimizer_iterations, **options)
     progress("Ran ParquetExampleGen -> StatisticsGen -> ImportSchemaGen -> SchemaGuard -> "
              f"{chain} -> TrtOptimizer -> Evaluator -> ServingPusher" + logs)
     run_env.print_run_summary(result)
@@ -267,6 +267,8 @@ def add_parser(sub) -> None:
     demo.add_argument("--rows", type=positive_int, default=3000, help="rows per span")
     demo.add_argument("--train-steps", type=positive_int, default=DEFAULT_TRAIN_STEPS,
                       help="training steps (fixed with the seed: a rerun trains nothing new)")
+    demo.add_argument("--optimizer-iterations", type=positive_int, default=50,
+                      help="TrtOptimizer's timed calls per candidate and batch size")
     demo.add_argument("--hand-over", action="store_true",
                       help="research hand-over mode: train outside the pipeline and import "
                            "the weights folder (default: Transform + PyTorchTrainer)")

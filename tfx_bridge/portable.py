@@ -1,8 +1,9 @@
 """Beam's portable runner on this machine: a local job service and an external
 SDK worker pool on 127.0.0.1, started for one run and stopped after it.
 
-The job service runs the pipeline's stages; the pool starts SDK-harness worker
-processes that talk to it over the Fn API: the protocol, packaging and
+The job service (Beam's, with the job's ``direct_num_workers`` honoured: see
+:func:`serve_jobs`) runs the pipeline's stages; the pool starts SDK-harness
+worker processes that talk to it over the Fn API: the protocol, packaging and
 pickling path of Flink, Spark and Dataflow. The pool starts workers with
 ``python`` from ``PATH``, so this interpreter's folder goes first on it. Their
 output goes to ``job_service.log`` and ``worker_pool.log`` in ``log_dir``.
@@ -74,8 +75,7 @@ def local_services(log_dir: str, cwd: str = None) -> Iterator[Tuple[str, str]]:
     procs = []
     try:
         for module, args, log in (
-                ("apache_beam.runners.portability.local_job_service_main",
-                 ["--port", str(job_port)], JOB_SERVICE_LOG),
+                ("tfx_bridge.portable", ["--port", str(job_port)], JOB_SERVICE_LOG),
                 ("apache_beam.runners.worker.worker_pool_main",
                  [f"--service_port={pool_port}"], WORKER_POOL_LOG)):
             with open(os.path.join(log_dir, log), "ab") as out:
@@ -114,3 +114,29 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)  # workers the pool left behind
+
+
+def serve_jobs(argv) -> None:
+    """Beam's local job service, with the pipeline's ``direct_num_workers`` honoured:
+    its FnApiRunner, entered through ``run_via_runner_api``, runs every stage on
+    one SDK worker whatever the options say (Beam 2.61 reads the option only when
+    a Python pipeline object is run), so a portable run asking for N workers would
+    get one. The runner's worker count is set from the job's options first."""
+    from apache_beam.options.pipeline_options import DirectOptions
+    from apache_beam.runners.portability import local_job_service_main
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    original = fn_runner.FnApiRunner.run_via_runner_api
+
+    def run_via_runner_api(self, pipeline_proto, options):
+        # Options arrive through the job API as strings.
+        self._num_workers = max(1, int(options.view_as(DirectOptions).direct_num_workers
+                                       or 1))
+        return original(self, pipeline_proto, options)
+
+    fn_runner.FnApiRunner.run_via_runner_api = run_via_runner_api
+    local_job_service_main.run(list(argv))
+
+
+if __name__ == "__main__":
+    serve_jobs(sys.argv[1:])

@@ -33,7 +33,8 @@ def test_cli_run_with_every_root_on_s3_pushes_a_loadable_version(tmp_path, s3_bu
     work = str(tmp_path / "work")
     proc = cli_in_child("run", "--data-root", data, "--model-source", research,
                         "--serving-base-path", serving_base, "--workdir", work,
-                        "--pipeline-root", root, "--json", "--quiet", env=env, timeout=900)
+                        "--pipeline-root", root, "--optimizer-iterations", "10", "--json",
+                        "--quiet", env=env, timeout=900)
     # Exit 0, not 134: tensorflow-io was used (stock components on s3) and the CLI
     # ends without the teardown that aborts.
     assert proc.returncode == 0, proc.stderr[-3000:] + open(

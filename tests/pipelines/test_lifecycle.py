@@ -110,7 +110,8 @@ def _demo(work: str, raw_feeds, capfd) -> dict:
 
     exe = os.path.join(os.path.dirname(sys.executable), "tfx-bridge")
     proc = subprocess.Popen([exe, "demo", "--workdir", work, "--spans", "1", "--rows",
-                             str(ROWS), "--train-steps", str(TRAIN_STEPS), "--json"],
+                             str(ROWS), "--train-steps", str(TRAIN_STEPS),
+                             "--optimizer-iterations", "10", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         head = []  # the demo holds its locks, then writes the span: wait for it

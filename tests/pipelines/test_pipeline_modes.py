@@ -64,3 +64,25 @@ def test_create_pipeline_conflicting_modes_refused(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         pipelines.create_pipeline("t", str(tmp_path), str(tmp_path), model_source,
                                   str(tmp_path / "s"), **kwargs)
+
+
+def test_create_pipeline_beam_runner_checked_first_and_its_options_passed(tmp_path):
+    from tfx_bridge.beam_runners import BeamSettings, RunnerSettingsError
+
+    args = (str(tmp_path / "root"), str(tmp_path / "data"), None, str(tmp_path / "s"))
+    with pytest.raises(RunnerSettingsError, match="--flink_version 1.12 is not one"):
+        pipelines.create_pipeline("t", *args, beam_runner=BeamSettings(
+            "flink", ("--flink_master=flink:8081", "--flink_version=1.12")))
+    p = pipelines.create_pipeline(
+        "t", *args, schema_path=schemas.path(schemas.DEMO_SCHEMA),
+        preprocessing_module=pipelines.DEMO_PREPROCESSING,
+        trainer_module=pipelines.DEMO_TRAINER, custom_config={"num_workers": 2},
+        beam_runner=BeamSettings("portable", workers=2, job_endpoint="jobs:8099",
+                                 environment_config="pool:50000"),
+        beam_pipeline_args=["--s3_region_name=eu-west-1"])
+    assert p.beam_pipeline_args[:4] == [
+        "--runner=PortableRunner", "--job_endpoint=jobs:8099",
+        "--environment_type=EXTERNAL", "--environment_config=pool:50000"]
+    assert p.beam_pipeline_args[-1] == "--s3_region_name=eu-west-1"
+    trainer = {c.id: c for c in p.components}["PyTorchTrainer"]
+    assert '"num_workers": 2' in trainer.exec_properties["custom_config"]
