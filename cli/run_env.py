@@ -123,16 +123,22 @@ def beam_args(args: argparse.Namespace, settings, workdir: str,
     after the pipeline, saying where their logs are."""
     from tfx_bridge import beam_runners, portable
 
+    def merged(runner_args):
+        # The object stores' defaults (the stock SDK image) never replace what the
+        # runner preset or the user's --beam-arg named: Beam keeps the last value.
+        named = {a.split("=", 1)[0] for a in runner_args if a.startswith("--")}
+        return runner_args + [a for a in object_store or []
+                              if a.split("=", 1)[0] not in named]
+
     if not settings.local_portable:
-        yield beam_runners.pipeline_args(settings) + (object_store or [])
+        yield merged(beam_runners.pipeline_args(settings))
         return
     logs = os.path.join(workdir, "beam_logs")
     if not args.quiet:
         print(f"Starting a local Beam job service and worker pool on 127.0.0.1 (logs in "
               f"{logs}) ...", file=sys.stderr, flush=True)
     with portable.local_services(logs) as (job_endpoint, environment_config):
-        yield beam_runners.pipeline_args(settings, job_endpoint, environment_config) + (
-            object_store or [])
+        yield merged(beam_runners.pipeline_args(settings, job_endpoint, environment_config))
     if not args.quiet:
         print(f"Stopped the local Beam services (logs in {logs})", file=sys.stderr)
 

@@ -99,6 +99,9 @@ def problems(settings: BeamSettings) -> List[str]:
         found.append("give the runner with --beam-runner, not --beam-arg --runner=...")
     if settings.workers is not None and settings.workers < 1:
         found.append(f"--beam-workers {settings.workers}: give 1 or more")
+    if settings.workers is not None and runner not in ("direct", "portable"):
+        found.append(f"--beam-workers is for direct and portable; size a {runner} cluster "
+                     "with its own options (--beam-arg, e.g. --parallelism for Flink)")
     endpoints = (settings.job_endpoint, settings.environment_config)
     if runner != "portable" and any(e is not None for e in endpoints):
         found.append("--job-endpoint and --environment-config are for --beam-runner portable")

@@ -75,9 +75,9 @@ def local_services(log_dir: str, cwd: str = None) -> Iterator[Tuple[str, str]]:
     procs = []
     try:
         for module, args, log in (
-                ("tfx_bridge.portable", ["--port", str(job_port)], JOB_SERVICE_LOG),
-                ("apache_beam.runners.worker.worker_pool_main",
-                 [f"--service_port={pool_port}"], WORKER_POOL_LOG)):
+                ("tfx_bridge.portable", ["jobs", "--port", str(job_port)], JOB_SERVICE_LOG),
+                ("tfx_bridge.portable", ["workers", f"--service_port={pool_port}"],
+                 WORKER_POOL_LOG)):
             with open(os.path.join(log_dir, log), "ab") as out:
                 procs.append((subprocess.Popen(
                     [sys.executable, "-m", module, *args], stdout=out,
@@ -116,16 +116,42 @@ def _stop(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # workers the pool left behind
 
 
+def _loopback_only() -> None:
+    """Every gRPC server this process starts listens on 127.0.0.1 only: Beam binds
+    its job, worker-pool, control, data, state and logging servers on all
+    interfaces, and a worker pool runs whatever a caller asks it to start."""
+    import grpc
+
+    original = grpc.server
+
+    def server(*args, **kwargs):
+        made = original(*args, **kwargs)
+        add = made.add_insecure_port
+
+        def add_insecure_port(address: str) -> int:
+            host, _, port = address.rpartition(":")
+            if host in ("[::]", "0.0.0.0", "", "localhost", "[::1]"):
+                address = f"127.0.0.1:{port}"
+            return add(address)
+
+        made.add_insecure_port = add_insecure_port
+        return made
+
+    grpc.server = server
+
+
 def serve_jobs(argv) -> None:
-    """Beam's local job service, with the pipeline's ``direct_num_workers`` honoured:
-    its FnApiRunner, entered through ``run_via_runner_api``, runs every stage on
-    one SDK worker whatever the options say (Beam 2.61 reads the option only when
-    a Python pipeline object is run), so a portable run asking for N workers would
-    get one. The runner's worker count is set from the job's options first."""
+    """Beam's local job service on 127.0.0.1, with the pipeline's
+    ``direct_num_workers`` honoured: its FnApiRunner, entered through
+    ``run_via_runner_api``, runs every stage on one SDK worker whatever the
+    options say (Beam 2.61 reads the option only when a Python pipeline object is
+    run), so a portable run asking for N workers would get one. The runner's
+    worker count is set from the job's options first."""
     from apache_beam.options.pipeline_options import DirectOptions
     from apache_beam.runners.portability import local_job_service_main
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
+    _loopback_only()
     original = fn_runner.FnApiRunner.run_via_runner_api
 
     def run_via_runner_api(self, pipeline_proto, options):
@@ -138,5 +164,13 @@ def serve_jobs(argv) -> None:
     local_job_service_main.run(list(argv))
 
 
+def serve_workers(argv) -> None:
+    """Beam's external worker pool, listening on 127.0.0.1 only."""
+    from apache_beam.runners.worker import worker_pool_main
+
+    _loopback_only()
+    worker_pool_main.main(["worker_pool_main", *argv])
+
+
 if __name__ == "__main__":
-    serve_jobs(sys.argv[1:])
+    {"jobs": serve_jobs, "workers": serve_workers}[sys.argv[1]](sys.argv[2:])

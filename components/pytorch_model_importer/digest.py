@@ -58,7 +58,8 @@ _DERIVED_FILES = ("fingerprint.pb",)
 # Where TFT's analyzers wrote their outputs during the run, e.g.
 # <transform_graph uri>/.temp_path/tftransform_tmp/<vocabulary>: embedded in the
 # graph as table names, different in every run.
-_TFT_TEMP = re.compile(rb"[^\s'\"\\]*/\.temp_path/tftransform_tmp/")
+# From the string's opening quote in the text form (spaces and escapes included).
+_TFT_TEMP = re.compile(rb'"[^"\n]*?/\.temp_path/tftransform_tmp/')
 
 
 def _hash_model(h, source: ModelSource) -> None:
@@ -84,16 +85,14 @@ def _hash_tensors(h, path: str) -> bool:
         if not isinstance(state, dict) or not all(
                 isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
             return False
-        parts = []
+        tensors = hashlib.sha256()  # fed tensor by tensor: no second copy of the weights
         for key in sorted(state):
             tensor = state[key].detach().contiguous()
-            parts.append((key, str(tensor.dtype), tuple(tensor.shape),
-                          tensor.reshape(-1).view(torch.uint8).numpy().tobytes()))
+            tensors.update(f"\0{key}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+            tensors.update(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
     except Exception:  # noqa: BLE001  (not loadable as tensors: hashed as bytes)
         return False
-    for key, dtype, shape, data in parts:
-        h.update(f"\0{key}\0{dtype}\0{shape}\0".encode())
-        h.update(data)
+    h.update(tensors.digest())
     return True
 
 
@@ -130,5 +129,5 @@ def _canonical_saved_model(path: str) -> bytes:
 
     proto = saved_model_pb2.SavedModel()
     proto.ParseFromString(data)
-    return _TFT_TEMP.sub(b"<tftransform_tmp>/",
+    return _TFT_TEMP.sub(b'"<tftransform_tmp>/',
                          text_format.MessageToString(proto).encode())

@@ -188,7 +188,9 @@ def check_external_data(onnx_path: str) -> None:
         if os.path.isabs(location) or not resolved.startswith(folder + os.sep):
             bad.append(f"{tensor.name!r} -> {location!r}")
             continue
-        end = _int(info.get("offset", "0")) + _int(info.get("length", "0"))
+        # Without a length, the tensor's declared bytes are what onnx will read.
+        end = _int(info.get("offset", "0")) + (_int(info["length"]) if "length" in info
+                                               else _declared_bytes(onnx, tensor))
         have = fs.size(resolved) if fs.isfile(resolved) else None
         if have is None or end > have:
             short.append(f"{tensor.name!r} needs bytes up to {end:,} of {location!r}, "

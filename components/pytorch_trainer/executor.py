@@ -88,11 +88,18 @@ def _rank_fn(run_fn, exec_properties: Dict[str, Any]):
     """What a rank calls: the run_fn itself when a fresh interpreter can import it by
     name (an installed module, or the user wheel TFX put on sys.path, which the ranks
     inherit), else the exec properties to load it from as this executor did."""
-    import importlib.util
+    import importlib.machinery
     import pickle
+    import sys
 
+    if exec_properties.get(MODULE_FILE_KEY) or exec_properties.get(MODULE_PATH_KEY):
+        # TFX loaded it from a file or its own wheel (then took the wheel off sys.path):
+        # a fresh interpreter loads it the same way.
+        return _plain(exec_properties)
     try:
-        if importlib.util.find_spec(run_fn.__module__) is not None:
+        top = (run_fn.__module__ or "").split(".")[0]
+        # Found on the path, not only in this process's sys.modules.
+        if top and importlib.machinery.PathFinder.find_spec(top, sys.path) is not None:
             pickle.dumps(run_fn)
             return run_fn
     except Exception:  # noqa: BLE001  (not importable by name: loaded from its source)
@@ -106,6 +113,10 @@ def train_rank(run_fn, fields: Dict[str, Any]) -> None:
     from tfx.components.trainer.fn_args_utils import FnArgs
 
     if isinstance(run_fn, dict):
+        if any("s3://" in str(v) for v in run_fn.values()):
+            from tfx_bridge.storage import objectstore
+
+            objectstore.enable_tfio()  # the user wheel may live under an s3 pipeline root
         run_fn = udf_utils.get_fn(run_fn, RUN_FN_KEY)
     run_fn(FnArgs(**fields))
 
@@ -160,7 +171,9 @@ class Executor(trainer_executor.GenericExecutor):
             try:
                 if workers > 1:
                     distributed.run(train_rank, (_rank_fn(run_fn, exec_properties),
-                                                 _fields(fn_args)), nprocs=workers)
+                                                 _fields(fn_args)), nprocs=workers,
+                                    which=(fn_args.custom_config or {}).get(
+                                        "distributed_backend"))
                 else:
                     run_fn(fn_args)
             except distributed.DistributedRunError as e:

@@ -220,3 +220,14 @@ def test_import_model_file_that_is_a_fifo_refused_not_hung(tmp_path, cli_in_chil
     assert proc.returncode == 2, proc.stderr
     assert "model.onnx is a FIFO (named pipe), not a regular file" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_read_of_a_unix_socket_refused_by_name_not_an_os_error(tmp_path):
+    import socket
+
+    path = tmp_path / "Split-train" / "data.gz"
+    path.parent.mkdir()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+        with pytest.raises(NotAFileError, match=r"data\.gz is a socket, not a regular file"):
+            fs.read_bytes(str(path))

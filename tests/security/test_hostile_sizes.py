@@ -120,6 +120,22 @@ def test_onnx_external_data_file_ending_early_refused(tmp_path):
         check_external_data(path)
 
 
+def test_onnx_external_data_without_a_length_checked_against_its_tensor(tmp_path):
+    import onnx
+
+    from tfx_bridge.components.pytorch_model_importer.errors import ModelSourceError
+    from tfx_bridge.components.pytorch_model_importer.source import check_external_data
+
+    path = _onnx_with_big_external_weight(tmp_path / "m", 1024, 10)
+    model = onnx.load(path, load_external_data=False)
+    entries = model.graph.initializer[0].external_data
+    del entries[[e.key for e in entries].index("length")]
+    onnx.save(model, path)
+    with pytest.raises(ModelSourceError, match=r"'w' needs bytes up to 4,096 of 'w\.bin', "
+                       r"which holds 10"):
+        check_external_data(path)
+
+
 def test_onnx_external_data_location_with_a_nul_byte_refused(tmp_path):
     import onnx
 
@@ -160,3 +176,12 @@ def test_module_class_checked_in_its_source_before_it_is_imported(tmp_path, monk
     monkeypatch.delenv(torch_model.ALLOWED_MODULES_ENV)
     assert issubclass(torch_model.import_module_class("hostile_mod:Net"), torch.nn.Module)
     assert marker.exists()  # a class: imported, as trusted code (README)
+
+
+def test_json_depth_scan_of_unterminated_escaped_quotes_returns_not_hangs():
+    # 1 MB of \" after an opening quote: a scan retrying from every quote is quadratic.
+    code = ("from tfx_bridge import limits\n"
+            "print(limits.json_depth(b'\"' + b'\\\\\"' * 500_000))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "0", proc.stderr[-2000:]

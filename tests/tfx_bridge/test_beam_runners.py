@@ -36,6 +36,8 @@ from tfx_bridge.beam_runners import (
     (BeamSettings("direct", ("--runner=FlinkRunner",), job_endpoint="jobs:8099"),
      ["give the runner with --beam-runner", "are for --beam-runner portable"]),
     (BeamSettings("samza"), ["unknown runner 'samza'"]),
+    (BeamSettings("spark", ("--spark_master_url=spark://m:7077",), workers=4),
+     ["--beam-workers is for direct and portable"]),
 ])
 def test_beam_preset_that_cannot_work_refused_naming_every_problem(settings, needles):
     with pytest.raises(RunnerSettingsError) as refused:

@@ -101,15 +101,26 @@ def open_file(path: str, mode: str = "rb", nofollow: bool = False) -> IO:
     import errno
     import fcntl
 
-    # O_NONBLOCK: opening a FIFO without a writer returns at once, so it can be looked at.
+    try:
+        # Looked at before it is opened: opening a socket fails (ENXIO) and opening a
+        # device can act on it (a tape rewinds).
+        seen = (os.lstat if nofollow else os.stat)(path).st_mode
+    except FileNotFoundError:
+        seen = None
+    if seen is not None and nofollow and stat.S_ISLNK(seen):
+        raise _planted_link(path)
+    if seen is not None and not (stat.S_ISREG(seen) or stat.S_ISDIR(seen)):
+        raise _not_a_file(path, seen)
+    # O_NONBLOCK: a FIFO swapped in since the stat still cannot block the open.
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)
     try:
         fd = os.open(path, flags)
     except OSError as e:
         if nofollow and e.errno == errno.ELOOP:
-            raise UnsafeNameError(
-                f"{path} is a symlink (-> {os.readlink(path)}); tfx-bridge writes this file "
-                "itself and never as a link, so it is not followed. Remove the link.") from e
+            raise _planted_link(path) from e
+        if e.errno == errno.ENXIO:
+            raise NotAFileError(f"{path} is a socket or a device, not a regular file. "
+                                "Remove it (only regular files are read).") from e
         raise
     try:
         mode_bits = os.fstat(fd).st_mode
@@ -137,6 +148,15 @@ def check_regular(path: str) -> None:
     mode = os.stat(path).st_mode
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise _not_a_file(path, mode)
+
+
+def _planted_link(path: str) -> UnsafeNameError:
+    try:
+        target = f" -> {os.readlink(path)}"
+    except OSError:
+        target = ""
+    return UnsafeNameError(f"{path} is a symlink{target}; tfx-bridge writes this file itself "
+                           "and never as a link, so it is not followed. Remove the link.")
 
 
 def _not_a_file(path: str, mode: int) -> NotAFileError:

@@ -62,14 +62,11 @@ def check_class_path(name: str) -> Tuple[str, str]:
                               "package that defines it, or fix the path.")
     try:
         source = spec.loader.get_source(module_path) if spec.loader else None
-    except (ImportError, OSError):
-        source = None
-    if source is None:  # a compiled or built-in module: checked after the import
+        tree = ast.parse(source) if source is not None else None
+    except (ImportError, OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        tree = None  # unreadable here: the import says why, with its line
+    if tree is None:  # a compiled or built-in module too: checked after the import
         return module_path, class_name
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return module_path, class_name  # the import says it, with its line
     binding = _top_level_binding(tree, class_name)
     if binding is not None:
         raise ClassPathError(

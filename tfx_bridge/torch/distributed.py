@@ -4,7 +4,8 @@ PyTorchTrainer runs a ``run_fn`` with when ``custom_config["num_workers"]`` > 1.
 :func:`run` spawns the ranks (fresh interpreters: nothing of the launcher's
 state is shared but what is pickled), each with ``RANK``, ``WORLD_SIZE``,
 ``MASTER_ADDR`` and ``MASTER_PORT`` set and the process group initialised
-(gloo on CPU, nccl when CUDA devices are present). A rank that raises fails the
+(gloo unless nccl is asked for; with CUDA devices each rank's current device is
+its own, round robin). A rank that raises fails the
 run with that rank's error (:class:`DistributedRunError`, the user's frames
 only); torch stops the other ranks, so no process is left behind.
 
@@ -46,9 +47,10 @@ def is_primary() -> bool:
 
 
 def backend() -> str:
-    import torch
-
-    return "nccl" if torch.cuda.is_available() else "gloo"
+    """gloo: it all-reduces CPU and CUDA tensors alike, so it works whatever device
+    the run_fn trains on (nccl, faster between GPUs, takes CUDA tensors only: ask
+    for it with ``which="nccl"`` / custom_config ``distributed_backend``)."""
+    return "gloo"
 
 
 def _free_port() -> int:
@@ -59,11 +61,14 @@ def _free_port() -> int:
 
 def _rank_main(rank: int, fn: Callable, args: tuple, nprocs: int, port: int, which: str,
                errors: str) -> None:
+    import torch
     import torch.distributed as dist
 
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank),
                        "WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(port)})
+    if torch.cuda.is_available():  # one GPU per rank, round robin: cuda means this one
+        torch.cuda.set_device(rank % torch.cuda.device_count())
     dist.init_process_group(which, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=nprocs)
     try:

@@ -96,13 +96,14 @@ def fit(model: torch.nn.Module, batches: Iterable[Dict[str, torch.Tensor]],
         # Gradients averaged across ranks; join() lets a rank whose shard ends first
         # stop without leaving the others waiting in an all-reduce.
         trained = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[dev.index] if dev.type == "cuda" else None)
+            model, device_ids=[torch.cuda.current_device() if dev.index is None
+                               else dev.index] if dev.type == "cuda" else None)
         uneven = trained.join()
     start, step, loss_value, epoch = time.monotonic(), 0, float("nan"), 0
     with uneven:
         step, loss_value, epoch = _loop(trained, batches, loss_fn, optimizer, epochs,
                                         max_steps, dev, log_every, log)
-    if step == 0:
+    if _total_steps(step, trained is not model, dev) == 0:
         raise TrainingError("No batch to train on: the training split is empty.")
     model.eval()
     seconds = time.monotonic() - start
@@ -110,6 +111,18 @@ def fit(model: torch.nn.Module, batches: Iterable[Dict[str, torch.Tensor]],
         log(f"trained {step} steps ({epoch + 1} epochs) in {seconds:.1f} s, "
             f"last loss {loss_value:.5f}")
     return {"steps": step, "epochs": epoch + 1, "train_loss": loss_value, "seconds": seconds}
+
+
+def _total_steps(step: int, distributed_run: bool, dev) -> int:
+    """Steps across the ranks: a rank whose shard was empty is no error while the
+    others trained (joined above)."""
+    if not distributed_run:
+        return step
+    import torch.distributed as dist
+
+    total = torch.tensor([step], device=dev if dev.type == "cuda" else "cpu")
+    dist.all_reduce(total)
+    return int(total.item())
 
 
 def _loop(model, batches, loss_fn, optimizer, epochs, max_steps, dev, log_every, log):

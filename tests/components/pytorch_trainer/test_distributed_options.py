@@ -29,6 +29,10 @@ def test_trainer_rank_takes_an_importable_run_fn_else_its_exec_properties():
     props = {"run_fn": "x.run_fn", "custom_config": '{"num_workers": 2}', "blob": object()}
     assert executor._rank_fn(namespace["run_fn"], props) == {
         "run_fn": "x.run_fn", "custom_config": '{"num_workers": 2}'}
+    # A module file or TFX's wheel: loaded again from the properties, even when this
+    # process can import the function by name.
+    wheel = {"module_path": "ctr_trainer@/root/_wheels/u.whl", "run_fn": None}
+    assert executor._rank_fn(demo_trainer.run_fn, wheel) == wheel
 
 
 def test_cli_run_trainer_workers_in_hand_over_mode_refused(tmp_path, capfd):
