@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
+import socket
+import time
 import uuid
 from typing import List, Optional
 
@@ -151,7 +154,7 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
     model_root = child(base_path, model_name)
     check_model_root(model_root)  # staging is written inside it, before the lock
     os.makedirs(model_root, exist_ok=True)
-    staging = child(model_root, f"{STAGING_PREFIX}{uuid.uuid4().hex}")
+    staging = child(model_root, f"{STAGING_PREFIX}{_owner()}-{uuid.uuid4().hex}")
     try:
         _copy_tree_synced(saved_model_dir, staging)
         if warmup_file:
@@ -196,10 +199,42 @@ def clean_stale_staging(model_root: str) -> List[str]:
     if not os.path.isdir(model_root):
         return removed
     for d in os.listdir(model_root):
-        if d.startswith(STAGING_PREFIX):
+        if d.startswith(STAGING_PREFIX) and not _owner_alive(model_root, d):
             shutil.rmtree(child(model_root, d), ignore_errors=True)
             removed.append(d)
     return removed
+
+
+# A push stages outside the lock, so cleaning under it must spare live pushes' folders.
+_OWNED = re.compile(re.escape(STAGING_PREFIX) + r"p(\d+)@(.+)-[0-9a-f]{32}")
+_FOREIGN_STALE_S = 3600.0  # another host's staging folder: left alone this long
+
+
+def _owner() -> str:
+    return f"p{os.getpid()}@{socket.gethostname()}"
+
+
+def _owner_alive(model_root: str, name: str) -> bool:
+    """Whether the push that made staging folder ``name`` may still be copying into it:
+    a live pid on this host, or another host's folder younger than an hour (a shared
+    mount). Names without an owner are dead pushes' leftovers."""
+    m = _OWNED.fullmatch(name)
+    if not m:
+        return False
+    pid, host = int(m.group(1)), m.group(2)
+    if host != socket.gethostname():
+        try:
+            age = time.time() - os.stat(child(model_root, name)).st_mtime
+        except OSError:
+            return False
+        return age < _FOREIGN_STALE_S
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
 
 
 def apply_retention(model_root: str, keep: int) -> List[int]:

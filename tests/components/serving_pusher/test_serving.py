@@ -191,6 +191,30 @@ def test_concurrent_publishes_of_one_model_make_one_version(models, warmup, tmp_
                 if d.startswith(serving.STAGING_PREFIX)]
 
 
+def test_clean_stale_staging_spares_live_pushes_and_removes_dead_ones(tmp_path):
+    """A push copies into its staging folder outside the lock; another push cleaning
+    under the lock must not delete it mid-copy."""
+    import socket
+
+    from tfx_bridge.components.serving_pusher import publish
+
+    root = tmp_path / "ctr"
+    host, hexid = socket.gethostname(), "0" * 32
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    names = {"live": f"{serving.STAGING_PREFIX}p{os.getpid()}@{host}-{hexid}",
+             "dead": f"{serving.STAGING_PREFIX}p{dead}@{host}-{hexid}",
+             "other_host": f"{serving.STAGING_PREFIX}p1@another-host.example-{hexid}",
+             "old_style": f"{serving.STAGING_PREFIX}{hexid}"}
+    for name in names.values():
+        (root / name).mkdir(parents=True)
+    with serving.push_lock(str(root)):
+        removed = publish.clean_stale_staging(str(root))
+    assert sorted(removed) == sorted([names["dead"], names["old_style"]])
+    assert sorted(os.listdir(root)) == sorted([names["live"], names["other_host"],
+                                               serving.LOCK_FILE])
+
+
 def test_versions_monotonic_after_versions_removed(models, warmup, tmp_path):
     """A counter, not the clock or a folder listing: a removed top version is not reused."""
     base = str(tmp_path / "serving")
