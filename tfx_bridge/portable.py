@@ -37,7 +37,8 @@ class PortableServicesError(BridgeError):
     """The local job service or worker pool did not start (its log tail says why)."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the caller binds it next)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -70,7 +71,7 @@ def local_services(log_dir: str, cwd: str = None) -> Iterator[Tuple[str, str]]:
     """Starts a job service and a worker pool; yields (job endpoint, environment
     config), both ``127.0.0.1:PORT``; stops both (and the pool's workers) after."""
     os.makedirs(log_dir, exist_ok=True)
-    job_port, pool_port = _free_port(), _free_port()
+    job_port, pool_port = free_port(), free_port()
     env = worker_env()
     procs = []
     try:

@@ -14,6 +14,8 @@ from tfx_bridge.components.pytorch_model_importer.source import (
     SOURCE_STATE_DICT,
     ModelSource,
     _all_tensors,
+    external_location,
+    model_folder,
 )
 from tfx_bridge.storage import fs
 
@@ -105,15 +107,13 @@ def _external_locations(onnx_path: str) -> list:
         model = onnx.load(onnx_path, load_external_data=False)
     except Exception:  # noqa: BLE001  (refused with its own message when loaded)
         return []
-    folder = os.path.realpath(os.path.dirname(os.path.abspath(onnx_path)))
+    folder = model_folder(onnx_path)
     found = set()
     for tensor in _all_tensors(model.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
-        location = {e.key: e.value for e in tensor.external_data}.get("location", "")
-        resolved = os.path.realpath(os.path.join(folder, location))
-        if location and not os.path.isabs(location) and \
-                resolved.startswith(folder + os.sep) and fs.isfile(resolved):
+        _, location, resolved = external_location(tensor, folder)
+        if resolved is not None and fs.isfile(resolved):
             found.add(location)
     return sorted(found)
 

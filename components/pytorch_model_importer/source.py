@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 from tfx_bridge import limits
 from tfx_bridge.components.pytorch_model_importer.errors import (
@@ -173,20 +173,17 @@ def check_external_data(onnx_path: str) -> None:
             f"{onnx_path}: not an ONNX file ({type(e).__name__}). A PyTorch file goes with "
             "--torchscript (torch.jit.save) or --state-dict (torch.save(model.state_dict()))."
         ) from e
-    folder = os.path.realpath(os.path.dirname(os.path.abspath(onnx_path)))
+    folder = model_folder(onnx_path)
     bad, short, declared = [], [], 0
     for tensor in _all_tensors(model.graph):
         declared += _declared_bytes(onnx, tensor)
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
-        info = {e.key: e.value for e in tensor.external_data}
-        location = info.get("location", "")
-        if "\0" in location or not location:
-            bad.append(f"{tensor.name!r} -> {location!r} (not a file name)")
-            continue
-        resolved = os.path.realpath(os.path.join(folder, location))
-        if os.path.isabs(location) or not resolved.startswith(folder + os.sep):
-            bad.append(f"{tensor.name!r} -> {location!r}")
+        info, location, resolved = external_location(tensor, folder)
+        if resolved is None:
+            named = location and "\0" not in location
+            bad.append(f"{tensor.name!r} -> {location!r}" + ("" if named
+                                                             else " (not a file name)"))
             continue
         # Without a length, the tensor's declared bytes are what onnx will read.
         end = _int(info.get("offset", "0")) + (_int(info["length"]) if "length" in info
@@ -205,6 +202,23 @@ def check_external_data(onnx_path: str) -> None:
             "or missing weights. Copy the whole model folder again.")
     # What the tensors declare, before onnx or the converter allocates any of it.
     limits.check_parameter_bytes(declared, onnx_path)
+
+
+def model_folder(onnx_path: str) -> str:
+    """The folder an ONNX file's external data locations are relative to (links resolved)."""
+    return os.path.realpath(os.path.dirname(os.path.abspath(onnx_path)))
+
+
+def external_location(tensor, folder: str) -> Tuple[Dict[str, str], str, Optional[str]]:
+    """(external_data fields, location, resolved path) of a tensor stored outside its
+    ONNX file; the path is None where the location is no file name (empty, a NUL
+    byte) or resolves outside ``folder`` (absolute, ``..``, a link leading out)."""
+    info = {e.key: e.value for e in tensor.external_data}
+    location = info.get("location", "")
+    if not location or "\0" in location or os.path.isabs(location):
+        return info, location, None
+    resolved = os.path.realpath(os.path.join(folder, location))
+    return info, location, resolved if resolved.startswith(folder + os.sep) else None
 
 
 def _int(text: str) -> int:

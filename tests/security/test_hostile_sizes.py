@@ -99,6 +99,15 @@ def _onnx_with_big_external_weight(folder, elements: int, sparse_bytes: int) -> 
     return path
 
 
+def _edit_external_data(path: str, edit) -> None:
+    """``edit(entries)`` on the weight's external_data fields, saved in place."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    edit(model.graph.initializer[0].external_data)
+    onnx.save(model, path)
+
+
 def test_onnx_declared_weights_over_the_parameter_limit_refused_before_loading(
         tmp_path, monkeypatch):
     from tfx_bridge.components.pytorch_model_importer.source import check_external_data
@@ -121,31 +130,28 @@ def test_onnx_external_data_file_ending_early_refused(tmp_path):
 
 
 def test_onnx_external_data_without_a_length_checked_against_its_tensor(tmp_path):
-    import onnx
 
     from tfx_bridge.components.pytorch_model_importer.errors import ModelSourceError
     from tfx_bridge.components.pytorch_model_importer.source import check_external_data
 
     path = _onnx_with_big_external_weight(tmp_path / "m", 1024, 10)
-    model = onnx.load(path, load_external_data=False)
-    entries = model.graph.initializer[0].external_data
-    del entries[[e.key for e in entries].index("length")]
-    onnx.save(model, path)
+
+    def drop_length(entries):
+        del entries[[e.key for e in entries].index("length")]
+
+    _edit_external_data(path, drop_length)
     with pytest.raises(ModelSourceError, match=r"'w' needs bytes up to 4,096 of 'w\.bin', "
                        r"which holds 10"):
         check_external_data(path)
 
 
 def test_onnx_external_data_location_with_a_nul_byte_refused(tmp_path):
-    import onnx
 
     from tfx_bridge.components.pytorch_model_importer.errors import ModelSourceError
     from tfx_bridge.components.pytorch_model_importer.source import check_external_data
 
     path = _onnx_with_big_external_weight(tmp_path / "m", 4, 16)
-    model = onnx.load(path, load_external_data=False)
-    model.graph.initializer[0].external_data[0].value = "w\0.bin"
-    onnx.save(model, path)
+    _edit_external_data(path, lambda entries: setattr(entries[0], "value", "w\0.bin"))
     with pytest.raises(ModelSourceError, match=r"'w' -> 'w\\x00\.bin' \(not a file name\)"):
         check_external_data(path)
 

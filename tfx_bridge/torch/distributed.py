@@ -21,11 +21,11 @@ Example (not run here: it spawns processes)::
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 from typing import Callable, Optional, Tuple
 
 from tfx_bridge.errors import BridgeError, describe_failure
+from tfx_bridge.portable import free_port
 
 
 class DistributedRunError(BridgeError):
@@ -51,12 +51,6 @@ def backend() -> str:
     the run_fn trains on (nccl, faster between GPUs, takes CUDA tensors only: ask
     for it with ``which="nccl"`` / custom_config ``distributed_backend``)."""
     return "gloo"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank_main(rank: int, fn: Callable, args: tuple, nprocs: int, port: int, which: str,
@@ -93,7 +87,7 @@ def run(fn: Callable, args: tuple = (), nprocs: int = 2,
         raise DistributedRunError(f"num_workers {nprocs}: give 1 or more.")
     with tempfile.TemporaryDirectory(prefix="tfx-bridge-ranks-") as errors:
         try:
-            mp.start_processes(_rank_main, args=(fn, tuple(args), nprocs, _free_port(),
+            mp.start_processes(_rank_main, args=(fn, tuple(args), nprocs, free_port(),
                                                  which or backend(), errors),
                                nprocs=nprocs, join=True, start_method="spawn")
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
