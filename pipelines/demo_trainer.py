@@ -76,11 +76,14 @@ def run_fn(fn_args) -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(config["learning_rate"]),
                                   weight_decay=float(config["weight_decay"]))
     steps = fn_args.train_steps or 200
-    torch_training.fit(model, train, loss_fn, optimizer, epochs=10_000, max_steps=steps)
+    fitted = torch_training.fit(model, train, loss_fn, optimizer, epochs=10_000,
+                                max_steps=steps)
     scores, labels = torch_training.predict(
         model, evaluation, lambda m, b: m(*(b[n] for n in names))[0], prep.LABEL)
     metrics = {"eval_loss": torch_training.binary_log_loss(scores, labels),
                "eval_examples": float(len(labels))}
+    if fitted["epoch_records"] is not None:  # all ranks' shards: the split, read once
+        metrics["train_records_per_epoch"] = float(fitted["epoch_records"])
     auc = torch_training.binary_auc(scores, labels)
     if auc is not None:
         metrics["eval_auc"] = auc

@@ -7,6 +7,10 @@ worker processes that talk to it over the Fn API: the protocol, packaging and
 pickling path of Flink, Spark and Dataflow. The pool starts workers with
 ``python`` from ``PATH``, so this interpreter's folder goes first on it. Their
 output goes to ``job_service.log`` and ``worker_pool.log`` in ``log_dir``.
+Both run in their own folder (``cwd``, by default ``log_dir``) with their own
+``TMPDIR`` (a fresh folder under ``log_dir``, removed after): as on a cluster,
+a DoFn that leans on the launcher's working directory or temp files fails here
+too, not only there.
 
 No TFX imports.
 
@@ -19,10 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Iterator, Tuple
 
@@ -73,6 +79,8 @@ def local_services(log_dir: str, cwd: str = None) -> Iterator[Tuple[str, str]]:
     os.makedirs(log_dir, exist_ok=True)
     job_port, pool_port = free_port(), free_port()
     env = worker_env()
+    env["TMPDIR"] = tempfile.mkdtemp(prefix="workers-tmp-", dir=log_dir)
+    cwd = log_dir if cwd is None else cwd
     procs = []
     try:
         for module, args, log in (
@@ -99,6 +107,7 @@ def local_services(log_dir: str, cwd: str = None) -> Iterator[Tuple[str, str]]:
     finally:
         for proc, _ in procs:
             _stop(proc)
+        shutil.rmtree(env["TMPDIR"], ignore_errors=True)
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -2,7 +2,8 @@
 
 One LocalDagRunner run (ParquetExampleGen -> ImportSchemaGen -> Transform with
 a user's preprocessing module file: the demo preprocessing_fn plus one
-fixed-length vector feature -> PyTorchTrainer with the demo run_fn) feeds every
+fixed-length vector feature -> PyTorchTrainer with the demo run_fn on two
+torch.distributed processes) feeds every
 test here: the reader on Transform's output, the trainer's artifact, seeded
 bit-identical training, warm start, and the hand-over import of weights
 trained on Transform's output with its transform graph (raw features served,
@@ -77,7 +78,7 @@ def trained(tmp_path_factory):
                              run_fn=pipelines.DEMO_TRAINER,
                              train_args=tfx.proto.TrainArgs(num_steps=60),
                              eval_args=tfx.proto.EvalArgs(num_steps=None),
-                             custom_config={"seed": 3})
+                             custom_config={"seed": 3, "num_workers": 2})
     runner.run_local(tfx.dsl.Pipeline(
         pipeline_name="training-test", pipeline_root=str(work / "root"),
         components=[example_gen, schema_gen, schema_guard, transform, trainer],
@@ -138,6 +139,15 @@ def test_trainer_pipeline_model_has_spec_weights_and_exact_metrics(trained):
     assert properties.get_float(model, "eval_loss") == metrics["eval_loss"]
     assert model.custom_properties["retrained"].int_value == 1
     assert torch_model.trained_on(folder) == trained["transformed"]
+    # Two ranks, one model: rank 0 saved it; between them they read each train
+    # record once in the first epoch.
+    assert sorted(fs.listdir(folder)) == sorted([
+        torch_model.WEIGHTS_FILE, torch_model.SPEC_FILE, torch_model.METRICS_FILE,
+        torch_model.TRAINED_ON_FILE])
+    records = sum(1 for _ in tf.data.TFRecordDataset(
+        fs.glob(fs.join(trained["transformed"], "Split-train", "*")), "GZIP"))
+    assert properties.get_float(model, "train_records_per_epoch") == records == \
+        metrics["train_records_per_epoch"]
 
 
 def test_run_fn_same_data_and_seed_bit_identical_weights(trained, tmp_path):
@@ -216,25 +226,32 @@ def test_trainer_executor_same_examples_and_recipe_reemits_changed_recipe_trains
         train("broken", base=first, run_fn="nosuchpkg.train.run_fn")
 
 
-def test_trainer_executor_run_fn_that_raises_named_with_the_users_line(trained, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_trainer_executor_run_fn_that_raises_named_with_the_users_line(trained, tmp_path,
+                                                                       workers):
     from tfx.types import standard_artifacts
 
     module = tmp_path / "my_trainer.py"
-    module.write_text("def run_fn(fn_args):\n    steps = fn_args.train_steps\n"
-                      "    raise ValueError(f'learning rate schedule needs {steps} > 10')\n")
+    # Under two processes only rank 1 raises: the run fails with rank 1's error.
+    module.write_text("from tfx_bridge.torch import distributed\n\n\n"
+                      "def run_fn(fn_args):\n    steps = fn_args.train_steps\n"
+                      "    if distributed.world()[0] == distributed.world()[1] - 1:\n"
+                      "        raise ValueError(f'learning rate schedule needs {steps} > 10')\n")
+    rank = r"rank 1 of 2 failed: " if workers == 2 else r"raised "
+    line = 7
     examples = standard_artifacts.Examples()
     examples.uri, examples.split_names = trained["transformed"], '["train", "eval"]'
     graph = standard_artifacts.TransformGraph()
     graph.uri = trained["graph"]
     out, run = standard_artifacts.Model(), standard_artifacts.ModelRun()
     out.uri, run.uri = str(tmp_path / "model"), str(tmp_path / "run")
-    with pytest.raises(RunFnError, match=rf"the run_fn {module} raised ValueError: learning "
-                       rf"rate schedule needs 5 > 10 \(at {module}:3 in run_fn\)"):
+    with pytest.raises(RunFnError, match=rf"the run_fn {module}:? {rank}ValueError: learning "
+                       rf"rate schedule needs 5 > 10 \(at {module}:{line} in run_fn\)"):
         trainer_executor.Executor().Do(
             {"examples": [examples], "transform_graph": [graph]},
             {"model": [out], "model_run": [run]},
             {"module_file": str(module), "train_args": '{"num_steps": 5}',
-             "eval_args": "{}", "custom_config": "null"})
+             "eval_args": "{}", "custom_config": json.dumps({"num_workers": workers})})
 
 
 @pytest.fixture(scope="module")

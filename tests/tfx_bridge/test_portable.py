@@ -1,7 +1,8 @@
 """tfx_bridge.portable: ParquetExampleGen's Beam work through Beam's portable runner,
 a local job service and external SDK workers on 127.0.0.1 started for the run,
 gives the DirectRunner's split counts; the work ran in the pool's worker
-processes (their log says each started), and both services are stopped after."""
+processes (their log says each started; a DoFn there sees another pid, folder
+and TMPDIR than the launcher's), and both services are stopped after."""
 from __future__ import annotations
 
 import os
@@ -37,10 +38,24 @@ def test_portable_local_services_run_ingest_in_external_workers_and_stop(tmp_pat
         ported = core.ingest(plan, str(tmp_path / "portable"),
                              lambda: beam.Pipeline(options=PipelineOptions(args)))
         port = int(job.rsplit(":", 1)[1])
+        where = str(tmp_path / "where.txt")
+        # What a worker sees: its folder, its TMPDIR, its pid (os.path's functions,
+        # importable on any worker; a test module's function is not).
+        with beam.Pipeline(options=PipelineOptions(args)) as p:
+            _ = (p | beam.Create([".", "$TMPDIR", "/proc/self"])
+                 | beam.Map(os.path.expandvars) | beam.Map(os.path.realpath)
+                 | beam.io.WriteToText(where, shard_name_template=""))
+    seen = set(open(where).read().split())
+    pid = [int(s.split("/")[-1]) for s in seen if s.startswith("/proc/")]
+    tmp = [s for s in seen if s.startswith(os.path.realpath(logs / "workers-tmp-"))]
+    assert os.path.realpath(tmp_path / "elsewhere") in seen and pid[0] != os.getpid(), seen
+    assert len(tmp) == 1 and not os.path.exists(tmp[0]), seen  # its own, removed after
     assert ported == direct and sum(direct.values()) == 600
     started = {ln.split('worker_id="', 1)[1].split('"', 1)[0]
                for ln in (logs / portable.WORKER_POOL_LOG).read_text().splitlines()
                if ln.startswith("Starting worker with command")}
-    assert started == {"worker_0", "worker_1"}, (logs / portable.WORKER_POOL_LOG).read_text()
+    # Two workers for each of the two jobs.
+    assert started == {f"worker_{i}" for i in range(4)}, (
+        logs / portable.WORKER_POOL_LOG).read_text()
     assert not portable._listening(port)  # stopped
     assert sorted(os.listdir(tmp_path / "portable")) == sorted(os.listdir(tmp_path / "direct"))

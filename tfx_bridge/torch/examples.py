@@ -7,7 +7,8 @@ checksummed, lengths bounded) and decoded a chunk at a time by tfx_bsl's C++
 ``ExamplesToRecordBatchDecoder`` into Arrow; from there every step is a numpy
 operation on the whole chunk (count checks, range checks, casts, the shuffle
 permutation, slicing into batches), so no Python runs per example beyond the
-framing. Memory is bounded by ``chunk_records`` records.
+framing. Memory is bounded by ``chunk_records`` records when streaming, and
+by ``memory_bytes`` of decoded features when shuffling (below).
 
 - **Features** are declared (:class:`Feature`: dtype and values per example)
   or read from a schema (:func:`features_from_schema`, e.g. Transform's
@@ -19,11 +20,16 @@ framing. Memory is bounded by ``chunk_records`` records.
   check that names the feature, file, record and value; an int64 feature may
   be read as a float tensor (``wire="int64"``). Strings are refused: map them
   to ids in the ``preprocessing_fn``.
-- **Shuffling** is seeded: the file order per epoch (:meth:`set_epoch`), and
-  the records within each chunk of ``chunk_records``.
-- **Sharding:** DataLoader workers (and ``shard=(index, count)``, e.g. the
-  rank in distributed training) split the files, or the chunks when there are
-  fewer files than readers; every record is read by exactly one of them.
+- **Shuffling is by content** (``shuffle=True``): each reader (DataLoader
+  worker, and ``shard=(index, count)``, e.g. a distributed rank) decodes every
+  file, keeps the records whose seeded content key (:mod:`.order`) falls to it,
+  sorts them by value and permutes them by ``(seed, epoch)`` (:meth:`set_epoch`),
+  reusing them in later epochs. Who reads a record and when depend on the records
+  and seed only, not on the files a runner wrote: DirectRunner and portable runs
+  of the same inputs train the same weights. Over ``memory_bytes`` a reader, it
+  streams (files permuted, records within chunks; a warning says so).
+- **Sharding** without shuffling splits the files, or the chunks when fewer
+  files than readers. Either way each record is read once per epoch.
 
 torch is imported when this module is (``pip install 'tfx-bridge[onnx]'``);
 no TFX imports.
@@ -46,6 +52,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -53,6 +60,7 @@ import numpy as np
 from tfx_bridge.artifacts import tfrecord
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage import fs
+from tfx_bridge.torch import order
 
 try:
     import torch
@@ -60,6 +68,8 @@ try:
 except ImportError as e:  # pragma: no cover - exercised by the layout tests' idiom
     raise ImportError("tfx_bridge.torch.examples needs torch: "
                       "pip install 'tfx-bridge[onnx]'") from e
+
+DEFAULT_MEMORY_BYTES = 1 << 30  # decoded features a shuffling reader holds
 
 _DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32,
            "int64": np.int64, "int16": np.int16, "uint8": np.uint8, "bool": np.bool_}
@@ -160,7 +170,8 @@ class ExamplesDataset(IterableDataset):
 
     Use with ``DataLoader(dataset, batch_size=None, num_workers=N)``: batching
     happens here, a chunk at a time. ``seed`` fixes the order (with the same
-    number of readers); call :meth:`set_epoch` before each epoch to reshuffle.
+    number of readers, whatever the file layout: see the module's notes); call
+    :meth:`set_epoch` before each epoch to reshuffle.
     """
 
     def __init__(self, examples_uri: str, split: str, features: Mapping[str, Feature],
@@ -168,7 +179,8 @@ class ExamplesDataset(IterableDataset):
                  drop_last: bool = False, chunk_records: int = 8192,
                  shard: Tuple[int, int] = (0, 1),
                  max_record_bytes: int = tfrecord.DEFAULT_MAX_RECORD_BYTES,
-                 files: Optional[Sequence[str]] = None):
+                 files: Optional[Sequence[str]] = None,
+                 memory_bytes: int = DEFAULT_MEMORY_BYTES):
         super().__init__()
         if not features:
             raise ExamplesReadError("No features to read: give at least one.")
@@ -182,8 +194,11 @@ class ExamplesDataset(IterableDataset):
         self.features = dict(features)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.drop_last, self.chunk_records, self.shard = drop_last, chunk_records, shard
-        self.max_record_bytes = max_record_bytes
+        self.max_record_bytes, self.memory_bytes = max_record_bytes, memory_bytes
         self.epoch = 0
+        self._held: Optional[Dict[str, np.ndarray]] = None  # this reader's share, sorted
+        self._held_for: Optional[Tuple[int, int]] = None
+        self._streams = False  # the split is over memory_bytes: shuffle by files
         self._schema = _schema_for(self.features)
 
     @classmethod
@@ -205,6 +220,65 @@ class ExamplesDataset(IterableDataset):
         return self.shard[0] * workers + worker, self.shard[1] * workers
 
     def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
+        if self.shuffle and not self._streams:
+            held = self._share()
+            if held is not None:
+                yield from self._batches(held)
+                return
+        yield from self._stream()
+
+    def _share(self) -> Optional[Dict[str, np.ndarray]]:
+        """This reader's records by content key, sorted by value; None (and
+        streaming from then on) when the split is over ``memory_bytes`` a reader."""
+        from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
+
+        index, readers = self._reader()
+        if self._held is not None and self._held_for == (index, readers):
+            return self._held
+        decoder = ExamplesToRecordBatchDecoder(self._schema)
+        # Decided from the whole split's count, which every reader sees alike, so
+        # all readers hold or all stream (a mix would read records twice).
+        row = sum(np.dtype(_DTYPES[f.dtype]).itemsize * f.length
+                  for f in self.features.values())
+        limit = self.memory_bytes * readers // max(1, row)
+        total, parts, words = 0, [], []
+        for path in sorted(self.files):
+            for batch in tfrecord.read_batches(path, self.chunk_records,
+                                               max_record_bytes=self.max_record_bytes):
+                total += len(batch.records)
+                if total > limit:
+                    logging.getLogger(__name__).warning(
+                        "ExamplesDataset: %s or more records of %d feature bytes are over "
+                        "memory_bytes=%d a reader: shuffling by files and chunks, so the order "
+                        "follows the file layout (raise memory_bytes for one order in any "
+                        "layout).", total, row, self.memory_bytes)
+                    self._streams = True
+                    return None
+                arrays = self._decode(decoder, batch.records, path, batch.first)
+                rows = order.row_words(arrays)
+                mine = order.keys(rows, self.seed) % np.uint64(readers) == np.uint64(index)
+                parts.append({k: v[mine] for k, v in arrays.items()})
+                words.append(rows[mine])
+        held = {}  # no records: no batch
+        if parts:
+            sort = order.canonical(np.concatenate(words))
+            held = {k: np.concatenate([p[k] for p in parts])[sort] for k in self.features}
+        self._held, self._held_for = held, (index, readers)
+        return held
+
+    def __getstate__(self):  # DataLoader workers read their own share, not ours
+        return {**self.__dict__, "_held": None, "_held_for": None}
+
+    def _batches(self, held: Dict[str, np.ndarray]) -> Iterator[Dict[str, torch.Tensor]]:
+        n = len(next(iter(held.values()))) if held else 0
+        perm = np.random.default_rng([self.seed, self.epoch]).permutation(n)
+        arrays = {k: v[perm] for k, v in held.items()}  # a copy: batches may be written
+        end = n - n % self.batch_size if self.drop_last else n
+        for start in range(0, end, self.batch_size):
+            yield {k: torch.from_numpy(v[start:start + self.batch_size])
+                   for k, v in arrays.items()}
+
+    def _stream(self) -> Iterator[Dict[str, torch.Tensor]]:
         from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
         decoder = ExamplesToRecordBatchDecoder(self._schema)

@@ -83,7 +83,11 @@ def fit(model: torch.nn.Module, batches: Iterable[Dict[str, torch.Tensor]],
     run (:mod:`tfx_bridge.torch.distributed`) the model is wrapped in
     DistributedDataParallel: give each rank its shard of the data
     (``ExamplesDataset(..., shard=distributed.world())``).
-    Returns ``{"steps", "epochs", "train_loss" (last step), "seconds"}``.
+    Returns ``{"steps", "epochs", "train_loss" (last step), "seconds",
+    "epoch_records"}``: ``epoch_records`` is how many records the first epoch
+    trained on, summed over the ranks (each rank's whole shard: the split's
+    record count when every record was read once), or None when training
+    stopped before the first epoch ended.
     """
     import contextlib
 
@@ -101,36 +105,43 @@ def fit(model: torch.nn.Module, batches: Iterable[Dict[str, torch.Tensor]],
         uneven = trained.join()
     start, step, loss_value, epoch = time.monotonic(), 0, float("nan"), 0
     with uneven:
-        step, loss_value, epoch = _loop(trained, batches, loss_fn, optimizer, epochs,
-                                        max_steps, dev, log_every, log)
-    if _total_steps(step, trained is not model, dev) == 0:
+        step, loss_value, epoch, first = _loop(trained, batches, loss_fn, optimizer, epochs,
+                                               max_steps, dev, log_every, log)
+    total, first = _across_ranks(step, first, trained is not model, dev)
+    if total == 0:
         raise TrainingError("No batch to train on: the training split is empty.")
     model.eval()
     seconds = time.monotonic() - start
     if log:
         log(f"trained {step} steps ({epoch + 1} epochs) in {seconds:.1f} s, "
             f"last loss {loss_value:.5f}")
-    return {"steps": step, "epochs": epoch + 1, "train_loss": loss_value, "seconds": seconds}
+    return {"steps": step, "epochs": epoch + 1, "train_loss": loss_value, "seconds": seconds,
+            "epoch_records": first}
 
 
-def _total_steps(step: int, distributed_run: bool, dev) -> int:
-    """Steps across the ranks: a rank whose shard was empty is no error while the
-    others trained (joined above)."""
+def _across_ranks(step: int, first: Optional[int], distributed_run: bool, dev):
+    """(steps, first epoch's records) summed across the ranks: a rank whose shard
+    was empty is no error while the others trained (joined above); the records
+    are None unless every rank finished its first epoch."""
     if not distributed_run:
-        return step
+        return step, first
     import torch.distributed as dist
 
-    total = torch.tensor([step], device=dev if dev.type == "cuda" else "cpu")
-    dist.all_reduce(total)
-    return int(total.item())
+    both = torch.tensor([step, -1 if first is None else first, first is None],
+                        device=dev if dev.type == "cuda" else "cpu")
+    dist.all_reduce(both)
+    steps, records, unfinished = (int(v) for v in both.tolist())
+    return steps, None if unfinished else records
 
 
 def _loop(model, batches, loss_fn, optimizer, epochs, max_steps, dev, log_every, log):
-    step, loss_value, epoch = 0, float("nan"), 0
+    step, loss_value, epoch, seen, first = 0, float("nan"), 0, 0, None
     for epoch in range(epochs):
         if hasattr(batches, "set_epoch"):
             batches.set_epoch(epoch)
         for batch in batches:
+            if epoch == 0:
+                seen += len(next(iter(batch.values())))
             loss = loss_fn(model, _to(batch, dev))
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):
@@ -144,9 +155,11 @@ def _loop(model, batches, loss_fn, optimizer, epochs, max_steps, dev, log_every,
                 log(f"step {step} epoch {epoch} loss {loss_value:.5f}")
             if max_steps is not None and step >= max_steps:
                 break
-        if max_steps is not None and step >= max_steps:
-            break
-    return step, loss_value, epoch
+        else:  # the epoch ran to its end
+            first = seen if epoch == 0 else first
+            continue
+        break
+    return step, loss_value, epoch, first
 
 
 @torch.no_grad()

@@ -38,11 +38,12 @@ _RANKS = textwrap.dedent('''
         model = torch.nn.Linear(1, 1)
         loss = lambda m, b: torch.nn.functional.mse_loss(
             m(b["y"].reshape(-1, 1)), b["y"].reshape(-1, 1))
-        training.fit(model, data, loss, torch.optim.SGD(model.parameters(), lr=0.1),
-                     epochs=2, log=None)
+        fitted = training.fit(model, data, loss, torch.optim.SGD(model.parameters(), lr=0.1),
+                              epochs=2, log=None)
         torch_model.save(out, model, torch_model.ModelSpec("torch.nn:Linear",
                          {"in_features": 1, "out_features": 1}, ["y:float32:-1,1"],
-                         ["out"]), {"rank_saved": float(rank)})
+                         ["out"]), {"rank_saved": float(rank),
+                                    "epoch_records": float(fitted["epoch_records"])})
 
     def fail_on_rank_1():
         if distributed.world()[0] == 1:
@@ -84,7 +85,8 @@ def test_distributed_two_ranks_read_each_record_once_and_rank_0_saves(tmp_path, 
     ids = [json.loads((seen / f"rank-{r}.json").read_text()) for r in (0, 1)]
     assert ids[0] and ids[1] and not set(ids[0]) & set(ids[1])
     assert sorted(ids[0] + ids[1]) == list(range(60))  # each record once, per epoch
-    assert torch_model.read_metrics(str(out)) == {"rank_saved": 0.0}  # rank 0 only
+    # Rank 0 only saves; fit counts the first epoch's records over both ranks.
+    assert torch_model.read_metrics(str(out)) == {"rank_saved": 0.0, "epoch_records": 60.0}
     assert torch_model.load_state_dict(str(out))["weight"].shape == (1, 1)
     assert distributed.world() == (0, 1)  # the launcher is not a rank
 

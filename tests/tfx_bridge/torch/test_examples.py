@@ -134,15 +134,63 @@ def test_reader_seeded_shuffle_repeats_and_covers_every_record_once(tmp_path):
     assert a != list(range(120)) and a != order(2) and a != order(1, epoch=1)
 
 
+def _write_layout(root, layout) -> str:
+    """The records ``0..n-1`` as a runner might lay them out: files of given ids."""
+    os.makedirs(os.path.join(root, "Split-train"))
+    for k, ids in enumerate(layout):
+        with tf.io.TFRecordWriter(os.path.join(root, "Split-train", f"part-{k}.gz"),
+                                  tf.io.TFRecordOptions(compression_type="GZIP")) as w:
+            for i in ids:
+                w.write(_example(int(i), int(i)))
+    return str(root)
+
+
+def test_reader_shuffle_same_records_in_another_file_layout_same_order_and_shards(tmp_path):
+    import numpy as np
+
+    perm = np.random.default_rng(5).permutation(120)
+    one = _write_layout(tmp_path / "one", [range(120)])  # the DirectRunner's one file
+    three = _write_layout(tmp_path / "three", [perm[:50], perm[50:70], perm[70:]])
+
+    def epochs(root, shard=(0, 1)):
+        ds = ExamplesDataset(root, "train", FEATURES, batch_size=16, shuffle=True, seed=4,
+                             chunk_records=32, shard=shard)
+        out = []
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            out.append(_ids(ds))
+        return out
+
+    assert epochs(one) == epochs(three)
+    halves = [epochs(one, (0, 2)), epochs(three, (1, 2))]
+    assert halves[0] == epochs(three, (0, 2)) and halves[0][0] and halves[1][0]
+    for epoch in range(2):  # each record read once per epoch across the two ranks
+        assert sorted(halves[0][epoch] + halves[1][epoch]) == list(range(120))
+
+
+def test_reader_shuffle_over_memory_bytes_streams_every_record_once_and_warns(tmp_path, caplog):
+    root = _write_layout(tmp_path / "d", [range(60), range(60, 120)])
+    ds = ExamplesDataset(root, "train", FEATURES, batch_size=16, shuffle=True,
+                         chunk_records=32, memory_bytes=200)
+    with caplog.at_level("WARNING"):
+        assert sorted(_ids(ds)) == list(range(120))
+    assert "are over memory_bytes=200 a reader: shuffling by files and chunks" in caplog.text
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
+                                         multiprocessing_context="fork")
+    assert sorted(_ids(loader)) == list(range(120))
+
+
 @pytest.mark.parametrize("files", [3, 1])  # by files, and by chunks when fewer files
-def test_reader_dataloader_workers_split_records_exactly_once(tmp_path, files):
+@pytest.mark.parametrize("shuffle", [False, True])  # and by content
+def test_reader_dataloader_workers_split_records_exactly_once(tmp_path, files, shuffle):
     root = _write(tmp_path, files=files, per_file=120 // files)
-    ds = ExamplesDataset(root, "train", FEATURES, batch_size=10, chunk_records=20)
+    ds = ExamplesDataset(root, "train", FEATURES, batch_size=10, chunk_records=20,
+                         shuffle=shuffle)
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
                                          multiprocessing_context="fork")
     assert sorted(_ids(loader)) == list(range(120))
     halves = [_ids(ExamplesDataset(root, "train", FEATURES, batch_size=10, chunk_records=20,
-                                   shard=(i, 2))) for i in range(2)]
+                                   shard=(i, 2), shuffle=shuffle)) for i in range(2)]
     assert sorted(halves[0] + halves[1]) == list(range(120)) and all(halves)
 
 
