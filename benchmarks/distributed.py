@@ -7,9 +7,9 @@
 2. Training throughput of the demo model (``CtrTransformed``, AdamW, batch 64)
    on Transform-shaped Examples (gzip, four files): one process, against two
    ranks under ``tfx_bridge.torch.distributed`` (gloo, DistributedDataParallel,
-   each rank its content shard). Records trained per second over the whole
-   ``fit`` (the first epoch decodes the files; later ones reuse them), best of
-   ``--rounds``.
+   each rank its content shard), at each ``--batch`` (per process). Records
+   trained per second over the whole ``fit`` (the first epoch decodes the files;
+   later ones reuse them), best of ``--rounds``.
 
     .venv/bin/python benchmarks/distributed.py --records 60000 --epochs 3
 """
@@ -43,7 +43,7 @@ def demo_times(tmp: str) -> dict:
         step = re.search(r"^\[2/3\] Ran .*\(([\d.]+)s\)$", proc.stderr, re.MULTILINE)
         summary = json.loads(proc.stdout.strip().splitlines()[-1])
         out[name] = {"wall_s": round(wall, 1), "pipeline_s": float(step.group(1)),
-                     "score": summary["prediction"]["score"]}
+                     "pushed": summary["pushed"]}
     return out
 
 
@@ -71,7 +71,7 @@ def write_examples(root: str, records: int) -> str:
     return root
 
 
-def train(examples: str, epochs: int, result: str) -> None:
+def train(examples: str, epochs: int, result: str, batch: int) -> None:
     """One rank (or the single process): fit the demo model, rank 0 writes the figures."""
     import torch
 
@@ -86,7 +86,7 @@ def train(examples: str, epochs: int, result: str) -> None:
                 for n in names}
     features["clicked"] = Feature("float32")
     training.seed_everything(0)
-    data = ExamplesDataset(examples, "train", features, batch_size=64, shuffle=True,
+    data = ExamplesDataset(examples, "train", features, batch_size=batch, shuffle=True,
                            shard=distributed.world())
     model = CtrTransformed(countries=12, dim=2)
     bce = torch.nn.BCELoss()
@@ -102,18 +102,21 @@ def train(examples: str, epochs: int, result: str) -> None:
                        "seconds": fitted["seconds"], "steps": fitted["steps"]}, f)
 
 
-def training_throughput(tmp: str, records: int, epochs: int, rounds: int) -> dict:
+def training_throughput(tmp: str, records: int, epochs: int, rounds: int,
+                        batch: int) -> dict:
     from tfx_bridge.torch import distributed
 
-    examples = write_examples(os.path.join(tmp, "examples"), records)
+    examples = os.path.join(tmp, "examples")
+    if not os.path.isdir(examples):
+        write_examples(examples, records)
     result = os.path.join(tmp, "result.json")
     best = {}
     for _ in range(rounds):
         for ranks in (1, 2):
             if ranks == 1:
-                train(examples, epochs, result)
+                train(examples, epochs, result, batch)
             else:
-                distributed.run(train, (examples, epochs, result), nprocs=2)
+                distributed.run(train, (examples, epochs, result, batch), nprocs=2)
             with open(result) as f:
                 got = json.load(f)
             rate = got["records"] / got["seconds"]
@@ -128,11 +131,15 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=60_000)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batch", type=int, nargs="+", default=[64, 1024],
+                        help="batch size per process (each is one comparison)")
     parser.add_argument("--skip-demo", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tfx-bridge-bench-dist-") as tmp:
         out = {} if args.skip_demo else {"demo": demo_times(tmp)}
-        out["training"] = training_throughput(tmp, args.records, args.epochs, args.rounds)
+        out["training"] = {f"batch {b}": training_throughput(tmp, args.records, args.epochs,
+                                                              args.rounds, b)
+                           for b in args.batch}
     print(json.dumps(out, indent=1))
 
 

@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 import tensorflow as tf  # noqa: E402
 
 from tfx_bridge import cli, portable  # noqa: E402
+from tfx_bridge.pipelines import runner  # noqa: E402
 from tfx_bridge.storage import fs  # noqa: E402
 from tfx_bridge.torch import model as torch_model  # noqa: E402
 
@@ -57,8 +58,9 @@ def _splits(examples: str) -> dict:
 def _outputs(workdir) -> dict:
     root = fs.join(str(workdir), "pipeline_root")
     graph = _one(fs.join(root, "Transform", "transform_graph", "*"))
+    examples = _one(fs.join(root, "ParquetExampleGen", "examples", "*"))
     return {
-        "examples": _splits(_one(fs.join(root, "ParquetExampleGen", "examples", "*"))),
+        "uri": examples, "examples": _splits(examples),
         "transformed": _splits(_one(fs.join(root, "Transform", "transformed_examples", "*"))),
         "vocabulary": fs.read_bytes(fs.join(graph, "transform_fn", "assets", "country")),
         "weights": torch_model.load_state_dict(torch_model.folder_of(
@@ -85,12 +87,14 @@ def test_demo_under_portable_runner_two_workers_same_results_as_direct_runner(
     assert a["vocabulary"] == b["vocabulary"] and a["vocabulary"].strip()
     assert a["weights"].keys() == b["weights"].keys()
     assert all(torch.equal(a["weights"][k], b["weights"][k]) for k in a["weights"])
-    assert direct["prediction_input"] == ported["prediction_input"]
-    assert direct["prediction"]["experts"] == ported["prediction"]["experts"]
-    # The optimizer may keep another candidate (it times them); each is checked equal.
-    np.testing.assert_allclose(direct["prediction"]["score"], ported["prediction"]["score"],
-                               rtol=1e-5)
+    # One raw record (the DirectRunner's first eval record: each run's summary shows
+    # its own first, which follows the file layout) through both pushed versions.
     assert direct["pushed_version"] == ported["pushed_version"] == 1
+    raw_a, pred_a = runner.predict_one(direct["pushed_path"], a["uri"])
+    raw_b, pred_b = runner.predict_one(ported["pushed_path"], a["uri"])
+    assert raw_a == raw_b == direct["prediction_input"] and pred_a["experts"] == pred_b["experts"]
+    # The optimizer may keep another candidate (it times them); each is checked equal.
+    np.testing.assert_allclose(pred_a["score"], pred_b["score"], rtol=1e-5)
 
     logs = tmp_path / "portable" / "beam_logs"
     started = [ln for ln in (logs / portable.WORKER_POOL_LOG).read_text().splitlines()
