@@ -9,6 +9,9 @@ there is no base model, or it carries no PyTorch weights).
 """
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 from typing import Any, Dict, List
 
 from absl import logging
@@ -36,6 +39,7 @@ from tfx_bridge.errors import BridgeError, describe_failure
 from tfx_bridge.storage import fs
 from tfx_bridge.torch import distributed
 from tfx_bridge.torch import model as torch_model
+from tfx_bridge.torch.decode import PIPELINE_EXAMPLES_ENV
 
 
 def training_recipe(run_fn, exec_properties: Dict[str, Any],
@@ -107,6 +111,31 @@ def _rank_fn(run_fn, exec_properties: Dict[str, Any]):
     return _plain(exec_properties)
 
 
+def _train(run_fn, fn_args, exec_properties: Dict[str, Any], workers: int) -> None:
+    if workers > 1:
+        distributed.run(train_rank, (_rank_fn(run_fn, exec_properties), _fields(fn_args)),
+                        nprocs=workers,
+                        which=(fn_args.custom_config or {}).get("distributed_backend"))
+    else:
+        run_fn(fn_args)
+
+
+@contextlib.contextmanager
+def _pipeline_examples(examples: List[types.Artifact]):
+    """The run_fn (and its ranks, which inherit the environment) reads these
+    Examples with TF's reader: the pipeline's components wrote them (README,
+    "The reader")."""
+    before = os.environ.get(PIPELINE_EXAMPLES_ENV)
+    os.environ[PIPELINE_EXAMPLES_ENV] = json.dumps([a.uri for a in examples])
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PIPELINE_EXAMPLES_ENV, None)
+        else:
+            os.environ[PIPELINE_EXAMPLES_ENV] = before
+
+
 def train_rank(run_fn, fields: Dict[str, Any]) -> None:
     """One rank of a distributed training: the run_fn (or the exec properties to load
     it from) called with the same FnArgs; the process group is initialised."""
@@ -169,13 +198,8 @@ class Executor(trainer_executor.GenericExecutor):
             logging.info("PyTorchTrainer: training on %d process(es) (warm start from %s).",
                          workers, fn_args.base_model)
             try:
-                if workers > 1:
-                    distributed.run(train_rank, (_rank_fn(run_fn, exec_properties),
-                                                 _fields(fn_args)), nprocs=workers,
-                                    which=(fn_args.custom_config or {}).get(
-                                        "distributed_backend"))
-                else:
-                    run_fn(fn_args)
+                with _pipeline_examples(input_dict[EXAMPLES_KEY]):
+                    _train(run_fn, fn_args, exec_properties, workers)
             except distributed.DistributedRunError as e:
                 raise RunFnError(f"PyTorchTrainer: the run_fn {where}: {e}") from e
             except BridgeError:

@@ -233,12 +233,17 @@ def test_trainer_executor_run_fn_that_raises_named_with_the_users_line(trained, 
 
     module = tmp_path / "my_trainer.py"
     # Under two processes only rank 1 raises: the run fails with rank 1's error.
-    module.write_text("from tfx_bridge.torch import distributed\n\n\n"
+    # The Examples the trainer hands over are read with TF's reader (auto).
+    module.write_text("from tfx_bridge.torch import distributed\n"
+                      "from tfx_bridge.torch.examples import ExamplesDataset, Feature\n\n\n"
                       "def run_fn(fn_args):\n    steps = fn_args.train_steps\n"
+                      "    reader = ExamplesDataset.from_patterns(fn_args.train_files, "
+                      "{'price_z': Feature()}).reader\n"
                       "    if distributed.world()[0] == distributed.world()[1] - 1:\n"
-                      "        raise ValueError(f'learning rate schedule needs {steps} > 10')\n")
+                      "        raise ValueError(f'learning rate schedule needs {steps} > 10 "
+                      "({reader} reader)')\n")
     rank = r"rank 1 of 2 failed: " if workers == 2 else r"raised "
-    line = 7
+    line = 9
     examples = standard_artifacts.Examples()
     examples.uri, examples.split_names = trained["transformed"], '["train", "eval"]'
     graph = standard_artifacts.TransformGraph()
@@ -246,7 +251,8 @@ def test_trainer_executor_run_fn_that_raises_named_with_the_users_line(trained, 
     out, run = standard_artifacts.Model(), standard_artifacts.ModelRun()
     out.uri, run.uri = str(tmp_path / "model"), str(tmp_path / "run")
     with pytest.raises(RunFnError, match=rf"the run_fn {module}:? {rank}ValueError: learning "
-                       rf"rate schedule needs 5 > 10 \(at {module}:{line} in run_fn\)"):
+                       rf"rate schedule needs 5 > 10 \(tf reader\) "
+                       rf"\(at {module}:{line} in run_fn\)"):
         trainer_executor.Executor().Do(
             {"examples": [examples], "transform_graph": [graph]},
             {"model": [out], "model_run": [run]},

@@ -2,13 +2,18 @@
 (ExampleGen's, or Transform's materialised ``transformed_examples``) as a
 ``torch.utils.data.IterableDataset`` of ``{feature: tensor}`` batches.
 
-Records are framed by :mod:`tfx_bridge.artifacts.tfrecord` (every header and record
-checksummed, lengths bounded) and decoded a chunk at a time by tfx_bsl's C++
-``ExamplesToRecordBatchDecoder`` into Arrow; from there every step is a numpy
+Records are framed and parsed a chunk at a time by one of two readers
+(:mod:`tfx_bridge.torch.decode`; ``reader=``): ``"tf"``, TF's C++
+``TFRecordDataset`` and ``parse_example``, for Examples the pipeline's own
+components wrote (the default, ``"auto"``, inside PyTorchTrainer's run_fn for
+the Examples it hands over: stock StatisticsGen, Transform and Evaluator read
+those files with the same reader); ``"defensive"``, every header and record
+checksummed before a length is believed and tfx_bsl's decoder, for files from
+outside (the default anywhere else). From there every step is a numpy
 operation on the whole chunk (count checks, range checks, casts, the shuffle
-permutation, slicing into batches), so no Python runs per example beyond the
-framing. Memory is bounded by ``chunk_records`` records when streaming, and
-by ``memory_bytes`` of decoded features when shuffling (below).
+permutation, slicing into batches) with the same named refusals either way.
+Memory is bounded by ``chunk_records`` records when streaming, and by
+``memory_bytes`` of decoded features when shuffling (below).
 
 - **Features** are declared (:class:`Feature`: dtype and values per example)
   or read from a schema (:func:`features_from_schema`, e.g. Transform's
@@ -58,9 +63,9 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from tfx_bridge.artifacts import tfrecord
-from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage import fs
-from tfx_bridge.torch import order
+from tfx_bridge.torch import decode, order
+from tfx_bridge.torch.decode import ExamplesReadError
 
 try:
     import torch
@@ -71,12 +76,10 @@ except ImportError as e:  # pragma: no cover - exercised by the layout tests' id
 
 DEFAULT_MEMORY_BYTES = 1 << 30  # decoded features a shuffling reader holds
 
-_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32,
-           "int64": np.int64, "int16": np.int16, "uint8": np.uint8, "bool": np.bool_}
-
-
-class ExamplesReadError(BridgeError):
-    """Examples that cannot become the declared tensors (names feature, file, record)."""
+_DTYPES = decode.DTYPES
+PIPELINE_EXAMPLES_ENV = decode.PIPELINE_EXAMPLES_ENV
+_TORCH = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32,
+          "int64": torch.int64, "int16": torch.int16, "uint8": torch.uint8, "bool": torch.bool}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +144,21 @@ def features_from_schema(schema, dtypes: Optional[Mapping[str, str]] = None,
     return out
 
 
+def in_pipeline(files: Sequence[str]) -> bool:
+    """Every file lies under an Examples URI PyTorchTrainer declared its own
+    (``PIPELINE_EXAMPLES_ENV``): written by the pipeline, read by TF's reader."""
+    import json
+    import os
+
+    try:
+        roots = [r.rstrip("/") + "/" for r in json.loads(os.environ.get(
+            PIPELINE_EXAMPLES_ENV, "[]")) if isinstance(r, str) and r.strip("/")]
+    except ValueError:
+        return False
+    return bool(files) and all(".." not in f.split("/") and any(f.startswith(r) for r in roots)
+                               for f in files)
+
+
 def split_files(examples_uri: str, split: str) -> List[str]:
     """The record files of one split of an Examples artifact, sorted."""
     folder = fs.join(examples_uri, f"Split-{split}")
@@ -152,17 +170,6 @@ def split_files(examples_uri: str, split: str) -> List[str]:
     if not files:
         raise ExamplesReadError(f"{folder} holds no record files.")
     return files
-
-
-def _schema_for(features: Mapping[str, Feature]):
-    """A decoding schema naming only the features read: the decoder skips the rest."""
-    from tensorflow_metadata.proto.v0 import schema_pb2
-
-    schema = schema_pb2.Schema()
-    for name, feature in features.items():
-        kind = schema_pb2.FLOAT if feature.wire == "float32" else schema_pb2.INT
-        schema.feature.add(name=name, type=kind)
-    return schema.SerializeToString()
 
 
 class ExamplesDataset(IterableDataset):
@@ -180,7 +187,7 @@ class ExamplesDataset(IterableDataset):
                  shard: Tuple[int, int] = (0, 1),
                  max_record_bytes: int = tfrecord.DEFAULT_MAX_RECORD_BYTES,
                  files: Optional[Sequence[str]] = None,
-                 memory_bytes: int = DEFAULT_MEMORY_BYTES):
+                 memory_bytes: int = DEFAULT_MEMORY_BYTES, reader: str = "auto"):
         super().__init__()
         if not features:
             raise ExamplesReadError("No features to read: give at least one.")
@@ -190,7 +197,11 @@ class ExamplesDataset(IterableDataset):
                 "1 <= batch_size <= chunk_records.")
         if not 0 <= shard[0] < shard[1]:
             raise ExamplesReadError(f"shard {shard}: need 0 <= index < count.")
+        if reader not in ("auto", *decode.READERS):
+            raise ExamplesReadError(f"reader {reader!r}: use 'auto', 'defensive' or 'tf'.")
         self.files = split_files(examples_uri, split) if files is None else list(files)
+        self.reader = reader if reader != "auto" else (
+            "tf" if in_pipeline(self.files) else "defensive")
         self.features = dict(features)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.drop_last, self.chunk_records, self.shard = drop_last, chunk_records, shard
@@ -199,7 +210,6 @@ class ExamplesDataset(IterableDataset):
         self._held: Optional[Dict[str, np.ndarray]] = None  # this reader's share, sorted
         self._held_for: Optional[Tuple[int, int]] = None
         self._streams = False  # the split is over memory_bytes: shuffle by files
-        self._schema = _schema_for(self.features)
 
     @classmethod
     def from_patterns(cls, patterns: Sequence[str], features: Mapping[str, Feature],
@@ -230,12 +240,9 @@ class ExamplesDataset(IterableDataset):
     def _share(self) -> Optional[Dict[str, np.ndarray]]:
         """This reader's records by content key, sorted by value; None (and
         streaming from then on) when the split is over ``memory_bytes`` a reader."""
-        from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
-
         index, readers = self._reader()
         if self._held is not None and self._held_for == (index, readers):
             return self._held
-        decoder = ExamplesToRecordBatchDecoder(self._schema)
         # Decided from the whole split's count, which every reader sees alike, so
         # all readers hold or all stream (a mix would read records twice).
         row = sum(np.dtype(_DTYPES[f.dtype]).itemsize * f.length
@@ -243,9 +250,8 @@ class ExamplesDataset(IterableDataset):
         limit = self.memory_bytes * readers // max(1, row)
         total, parts, words = 0, [], []
         for path in sorted(self.files):
-            for batch in tfrecord.read_batches(path, self.chunk_records,
-                                               max_record_bytes=self.max_record_bytes):
-                total += len(batch.records)
+            for _, count, decoded in self._chunks(path):
+                total += count
                 if total > limit:
                     logging.getLogger(__name__).warning(
                         "ExamplesDataset: %s or more records of %d feature bytes are over "
@@ -254,7 +260,7 @@ class ExamplesDataset(IterableDataset):
                         "layout).", total, row, self.memory_bytes)
                     self._streams = True
                     return None
-                arrays = self._decode(decoder, batch.records, path, batch.first)
+                arrays = decoded()
                 rows = order.row_words(arrays)
                 mine = order.keys(rows, self.seed) % np.uint64(readers) == np.uint64(index)
                 parts.append({k: v[mine] for k, v in arrays.items()})
@@ -273,15 +279,16 @@ class ExamplesDataset(IterableDataset):
         n = len(next(iter(held.values()))) if held else 0
         perm = np.random.default_rng([self.seed, self.epoch]).permutation(n)
         arrays = {k: v[perm] for k, v in held.items()}  # a copy: batches may be written
-        end = n - n % self.batch_size if self.drop_last else n
-        for start in range(0, end, self.batch_size):
-            yield {k: torch.from_numpy(v[start:start + self.batch_size])
-                   for k, v in arrays.items()}
+        yield from _slices(arrays, n - n % self.batch_size if self.drop_last else n,
+                           self.batch_size)
+
+    def _chunks(self, path: str) -> Iterator[decode.Chunk]:
+        if self.reader == "tf":
+            return decode.tf_chunks(path, self.features, self.chunk_records)
+        return decode.defensive_chunks(path, self.features, self.chunk_records,
+                                       self.max_record_bytes)
 
     def _stream(self) -> Iterator[Dict[str, torch.Tensor]]:
-        from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
-
-        decoder = ExamplesToRecordBatchDecoder(self._schema)
         rng = np.random.default_rng([self.seed, self.epoch])
         files = list(self.files)
         if self.shuffle:
@@ -293,108 +300,49 @@ class ExamplesDataset(IterableDataset):
         unit = 0  # chunks seen, for chunk sharding
         carry: Optional[Dict[str, np.ndarray]] = None
         for path in files:
-            for batch in tfrecord.read_batches(path, self.chunk_records,
-                                               max_record_bytes=self.max_record_bytes):
+            for _, count, decoded in self._chunks(path):
                 mine = by_file or unit % readers == index
                 unit += 1
                 if not mine:
                     continue
-                arrays = self._decode(decoder, batch.records, path, batch.first)
+                arrays = decoded()
                 if self.shuffle:
-                    order = rng.permutation(len(batch.records))
-                    arrays = {k: v[order] for k, v in arrays.items()}
+                    perm = rng.permutation(count)
+                    arrays = {k: v[perm] for k, v in arrays.items()}
                 if carry is not None:
                     arrays = {k: np.concatenate([carry[k], v]) for k, v in arrays.items()}
                     carry = None
                 n = len(next(iter(arrays.values())))
                 full = n - n % self.batch_size
-                for start in range(0, full, self.batch_size):
-                    yield {k: torch.from_numpy(v[start:start + self.batch_size])
-                           for k, v in arrays.items()}
+                yield from _slices(arrays, full, self.batch_size)
                 if full < n:
                     carry = {k: v[full:] for k, v in arrays.items()}
         if carry is not None and not self.drop_last:
             yield {k: torch.from_numpy(v) for k, v in carry.items()}
 
-    def _decode(self, decoder, records: List[bytes], path: str, first: int
-                ) -> Dict[str, np.ndarray]:
-        import pyarrow as pa
 
-        try:
-            table = decoder.DecodeBatch(records)
-        except Exception as e:  # noqa: BLE001  (the C++ decoder's error names no record)
-            raise ExamplesReadError(
-                f"{path}, records {first}-{first + len(records) - 1}: not tf.Examples of the "
-                f"declared types ({e}). Check each feature's wire type (int64 or float32) "
-                "against the data.") from e
-        out = {}
-        for name, feature in self.features.items():
-            index = table.schema.get_field_index(name)
-            column = table.column(index) if index >= 0 else pa.nulls(len(records),
-                                                                      pa.list_(pa.int64()))
-            offsets = np.asarray(column.offsets)
-            counts = np.diff(offsets)
-            if column.null_count:
-                counts = np.where(np.asarray(column.is_null()), 0, counts)
-            bad = np.flatnonzero(counts != feature.length)
-            if bad.size:
-                raise ExamplesReadError(
-                    f"{path}, record {first + int(bad[0])}: feature {name!r} has "
-                    f"{int(counts[bad[0]])} values, expected {feature.length} "
-                    f"({bad.size} of {len(records)} records in this chunk differ). Fix the "
-                    "data or the feature's declared length.")
-            values = np.asarray(column.values)[offsets[0]:offsets[-1]]
-            out[name] = self._cast(name, feature, values, path, first).reshape(
-                (-1, feature.length) if feature.length > 1 else (-1,))
-        return out
-
-    @staticmethod
-    def _cast(name: str, feature: Feature, values: np.ndarray, path: str,
-              first: int) -> np.ndarray:
-        target = np.dtype(_DTYPES[feature.dtype])
-        if values.dtype.kind == "f" and target.kind in "iub":
-            raise ExamplesReadError(
-                f"{path}: feature {name!r} holds floats; declared {feature.dtype}. Declare a "
-                "float dtype, or write it as an integer feature.")
-        if target.kind in "iub":
-            # bool takes 0 and 1 only: a cast would turn 2 into True without a word.
-            low, high = (0, 1) if target.kind == "b" else (np.iinfo(target).min,
-                                                            np.iinfo(target).max)
-            out_of_range = np.flatnonzero((values < low) | (values > high))
-            if out_of_range.size:
-                at = int(out_of_range[0])
-                record = first + at // feature.length
-                raise ExamplesReadError(
-                    f"{path}, record {record}: feature {name!r} = {int(values[at])} does not "
-                    f"fit {feature.dtype} [{low}, {high}] ({out_of_range.size} values "
-                    "in this chunk). Declare int64, or fix the data upstream.")
-        out = np.array(values, dtype=target, copy=True)
-        if values.dtype.kind in "iu" and target.kind == "f":
-            inexact = _inexact_ints(values, out)
-            if inexact.size:
-                at = int(inexact[0])
-                raise ExamplesReadError(
-                    f"{path}, record {first + at // feature.length}: feature {name!r} = "
-                    f"{int(values[at])} is not exactly a {feature.dtype} (it would become "
-                    f"{float(out[at])!r}; {inexact.size} such values in this chunk). Declare int64 "
-                    "(or float64), or fix the data upstream.")
-        # A copy in any case: Arrow's buffers are read-only, and training code may
-        # write into its batches (torch does not protect a read-only array's memory).
-        return out
-
-
-def _inexact_ints(values: np.ndarray, floats: np.ndarray) -> np.ndarray:
-    """Indices where an integer changed when cast to ``floats``' dtype. Exact up to
-    2**(mantissa bits + 1); above that checked, vectorised while float64 holds the
-    integers exactly (2**53), in Python beyond (rare: ids past 9e15)."""
-    bits = np.finfo(floats.dtype).nmant + 1
-    big = np.flatnonzero((values > 2**bits) | (values < -(2**bits)))  # in integers
-    if not big.size:
-        return big
-    wide = floats[big].astype(np.float64)
-    exact64 = (values[big] <= 2**53) & (values[big] >= -(2**53))
-    changed = np.zeros(big.size, bool)
-    changed[exact64] = wide[exact64] != values[big][exact64].astype(np.float64)
-    for i in np.flatnonzero(~exact64):
-        changed[i] = int(wide[i]) != int(values[big[i]]) if np.isfinite(wide[i]) else True
-    return big[changed]
+def _slices(arrays: Dict[str, np.ndarray], stop: int, size: int
+            ) -> Iterator[Dict[str, torch.Tensor]]:
+    """Batches as views of the chunk's tensors. In a DataLoader worker all features
+    share one buffer: a batch then crosses to the main process as one shared
+    storage, not one per feature (each costs the main process a rebuild, which
+    cost more than decoding the batch)."""
+    if get_worker_info() is None or not arrays:
+        tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    else:
+        # Sent by file name (torch's shm manager cleans up), not by a descriptor over
+        # a fresh socket per batch; this worker process is the DataLoader's own.
+        torch.multiprocessing.set_sharing_strategy("file_system")
+        at, spans = 0, {}
+        for k, v in arrays.items():
+            at += -at % 8  # each feature's values aligned for its dtype
+            spans[k] = (at, v)
+            at += v.nbytes
+        buffer = np.empty(at, np.uint8)
+        whole = torch.from_numpy(buffer)
+        tensors = {}
+        for k, (at, v) in spans.items():
+            buffer[at:at + v.nbytes] = np.ascontiguousarray(v).view(np.uint8).reshape(-1)
+            tensors[k] = whole[at:at + v.nbytes].view(_TORCH[v.dtype.name]).reshape(v.shape)
+    for start in range(0, stop, size):
+        yield {k: t[start:start + size] for k, t in tensors.items()}

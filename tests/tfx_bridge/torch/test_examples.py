@@ -216,3 +216,58 @@ def test_features_from_schema_label_the_preprocessing_fn_dropped_named_with_the_
                        r"\(it has \['item_id'\]\): with Transform, the preprocessing_fn does "
                        r"not output them"):
         features_from_schema(schema, {"clicked": "float32"})
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_reader_tf_gives_the_defensive_readers_batches(tmp_path, shuffle):
+    root = _write(tmp_path, files=3, per_file=40)
+
+    def batches(reader):
+        return list(ExamplesDataset(root, "train", FEATURES, batch_size=16, chunk_records=32,
+                                    shuffle=shuffle, seed=2, reader=reader))
+
+    a, b = batches("defensive"), batches("tf")
+    assert len(a) == len(b) == 8
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys() and all(
+            x[k].dtype == y[k].dtype and torch.equal(x[k], y[k]) for k in x)
+
+
+@pytest.mark.parametrize("reader", ["defensive", "tf"])
+def test_reader_refusals_name_the_same_record_for_both_readers(tmp_path, reader):
+    over = _write(tmp_path / "over", item=lambda i: 3_000_000_000 if i == 57 else i)
+    inexact = _write(tmp_path / "inexact", item=lambda i: 2**24 + 1 if i == 57 else i)
+    short = _write(tmp_path / "short", broken=12)
+    cases = [
+        (over, FEATURES, r"data-00001\.gz, record 7: feature 'item_id' = 3000000000 "
+                         r"does not fit int32"),
+        (inexact, dict(FEATURES, item_id=Feature("float32", wire="int64")),
+         r"data-00001\.gz, record 7: feature 'item_id' = 16777217 is not exactly a float32"),
+        (short, FEATURES, r"data-00000\.gz, record 12: feature 'vec' has 2 values, "
+                          r"expected 3"),
+        (short, {"nope": Feature("float32")}, r"data-00000\.gz, record 0: feature 'nope' "
+                                              r"has 0 values, expected 1"),
+        (short, {"item_id": Feature("float32")}, r"data-00000\.gz, records 0-\d+: not "
+                                                 r"tf\.Examples of the declared types"),
+    ]
+    for root, features, message in cases:
+        with pytest.raises(ExamplesReadError, match=message):
+            list(ExamplesDataset(root, "train", features, reader=reader))
+
+
+def test_reader_auto_takes_tf_only_under_the_trainers_pipeline_examples(tmp_path, monkeypatch):
+    from tfx_bridge.torch.examples import PIPELINE_EXAMPLES_ENV
+
+    root = _write(tmp_path / "ex")
+    assert ExamplesDataset(root, "train", FEATURES).reader == "defensive"  # from outside
+    monkeypatch.setenv(PIPELINE_EXAMPLES_ENV, f'["{root}"]')
+    assert ExamplesDataset(root, "train", FEATURES).reader == "tf"
+    assert ExamplesDataset(root, "train", FEATURES, reader="defensive").reader == "defensive"
+    outside = _write(tmp_path / "other")
+    assert ExamplesDataset(outside, "train", FEATURES).reader == "defensive"
+    sneaky = ExamplesDataset.from_patterns([f"{root}/../other/Split-train/*"], FEATURES)
+    assert sneaky.reader == "defensive"
+    monkeypatch.setenv(PIPELINE_EXAMPLES_ENV, "not json")
+    assert ExamplesDataset(root, "train", FEATURES).reader == "defensive"
+    with pytest.raises(ExamplesReadError, match=r"reader 'fast': use 'auto', 'defensive'"):
+        ExamplesDataset(root, "train", FEATURES, reader="fast")
