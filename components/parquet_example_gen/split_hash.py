@@ -8,6 +8,8 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from tfx_bridge.hashing import GOLDEN, mix64
+
 #
 # TFX ExampleGen buckets a record by sha256 of its deterministic serialization.
 # tfx_bsl's encoder serializes the feature map in an order that changes from
@@ -17,18 +19,8 @@ import pyarrow as pa
 # machines, and the same row always lands in the same split.
 
 _U64 = np.uint64
-_GOLDEN = _U64(0x9E3779B97F4A7C15)
 # String bytes hashed per step: bounds the temporaries (about 45 bytes per byte).
 _BYTES_PER_CHUNK = 1 << 20
-
-
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer (uint64 arithmetic wraps, as intended)."""
-    x = x ^ (x >> _U64(30))
-    x = x * _U64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> _U64(27))
-    x = x * _U64(0x94D049BB133111EB)
-    return x ^ (x >> _U64(31))
 
 
 def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -46,7 +38,7 @@ def _positional(hashes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Makes each element's hash depend on its position within its segment."""
     lengths = np.diff(offsets)
     pos = np.arange(len(hashes), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
-    return _mix64(hashes ^ (pos.astype(np.uint64) * _GOLDEN))
+    return mix64(hashes ^ (pos.astype(np.uint64) * GOLDEN))
 
 
 def _raw_offsets(arr: pa.Array) -> np.ndarray:
@@ -76,11 +68,11 @@ def _binary_hashes(raw: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         lo = np.maximum(starts, a)
         part = np.minimum(ends, b) - lo
         pos = np.arange(a, b, dtype=np.int64) - np.repeat(starts, part)
-        per_byte = _mix64(_mix64(raw[a:b].astype(np.uint64) + _GOLDEN)
-                          ^ (pos.astype(np.uint64) * _GOLDEN))
+        per_byte = mix64(mix64(raw[a:b].astype(np.uint64) + GOLDEN)
+                          ^ (pos.astype(np.uint64) * GOLDEN))
         nonempty = part > 0
         sums[first:last][nonempty] += np.add.reduceat(per_byte, (lo - a)[nonempty])
-    return _mix64(sums + np.diff(offsets).astype(np.uint64))
+    return mix64(sums + np.diff(offsets).astype(np.uint64))
 
 
 def _value_hashes(values: pa.Array) -> np.ndarray:
@@ -93,7 +85,7 @@ def _value_hashes(values: pa.Array) -> np.ndarray:
         return _binary_hashes(raw, stored - stored[0])
     numbers = values.to_numpy(zero_copy_only=False)
     bits = numbers.view(np.uint32 if numbers.dtype == np.float32 else np.uint64)
-    return _mix64(bits.astype(np.uint64) + _GOLDEN)
+    return mix64(bits.astype(np.uint64) + GOLDEN)
 
 
 def _name_seed(name: str) -> np.uint64:
@@ -113,9 +105,9 @@ def row_hashes(batch: pa.RecordBatch, columns: Sequence[str]) -> np.ndarray:
         offsets = stored - stored[0]
         per_value = _positional(_value_hashes(values), offsets)
         col = _segment_sums(per_value, offsets)
-        col = col + np.diff(offsets).astype(np.uint64) * _GOLDEN
+        col = col + np.diff(offsets).astype(np.uint64) * GOLDEN
         col = col ^ (np.asarray(arr.is_null(), dtype=np.uint64) * _U64(0xD6E8FEB86659FD93))
-        h = _mix64(h * _GOLDEN + _mix64(col ^ _name_seed(name)))
+        h = mix64(h * GOLDEN + mix64(col ^ _name_seed(name)))
     return h
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from typing import Any, Dict, List
 
 from absl import logging
@@ -20,6 +19,7 @@ from tfx.components.trainer import executor as trainer_executor
 from tfx.components.util import udf_utils
 from tfx.types import artifact_utils
 
+from tfx_bridge import envvars
 from tfx_bridge.artifacts import properties
 from tfx_bridge.components.pytorch_trainer import check
 from tfx_bridge.components.pytorch_trainer.errors import RunFnError
@@ -125,15 +125,8 @@ def _pipeline_examples(examples: List[types.Artifact]):
     """The run_fn (and its ranks, which inherit the environment) reads these
     Examples with TF's reader: the pipeline's components wrote them (README,
     "The reader")."""
-    before = os.environ.get(PIPELINE_EXAMPLES_ENV)
-    os.environ[PIPELINE_EXAMPLES_ENV] = json.dumps([a.uri for a in examples])
-    try:
+    with envvars.scoped(PIPELINE_EXAMPLES_ENV, json.dumps([a.uri for a in examples])):
         yield
-    finally:
-        if before is None:
-            os.environ.pop(PIPELINE_EXAMPLES_ENV, None)
-        else:
-            os.environ[PIPELINE_EXAMPLES_ENV] = before
 
 
 def train_rank(run_fn, fields: Dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ import json
 import os
 from typing import Callable, Dict, Sequence
 
-from tfx_bridge import child
+from tfx_bridge import child, envvars
 from tfx_bridge.artifacts.savedmodel import (
     EXAMPLE_SIGNATURE,
     SERVING_SIGNATURE,
@@ -162,13 +162,5 @@ def engines_only(active: bool):
     """While validating a TF-TRT build: native-segment fallback off, so a drift check
     proves the engines ran rather than TF's own kernels. The executor's environment
     is restored afterwards (other components may run in this process)."""
-    before = os.environ.get(NATIVE_SEGMENT_ENV)
-    if active:
-        os.environ[NATIVE_SEGMENT_ENV] = "False"
-    try:
+    with envvars.scoped(NATIVE_SEGMENT_ENV, "False" if active else None):
         yield
-    finally:
-        if before is None:
-            os.environ.pop(NATIVE_SEGMENT_ENV, None)
-        else:
-            os.environ[NATIVE_SEGMENT_ENV] = before

@@ -26,6 +26,8 @@ from typing import Mapping
 
 import numpy as np
 
+from tfx_bridge.hashing import GOLDEN, mix64
+
 _M64 = (1 << 64) - 1
 
 
@@ -49,22 +51,13 @@ def row_words(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
     return np.ascontiguousarray(raw).view("<u8").astype(np.uint64, copy=False)
 
 
-def _mix(h: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser on a uint64 array (wraps, as the algorithm means)."""
-    h = h ^ (h >> np.uint64(30))
-    h = h * np.uint64(0xBF58476D1CE4E5B9)
-    h = h ^ (h >> np.uint64(27))
-    h = h * np.uint64(0x94D049BB133111EB)
-    return h ^ (h >> np.uint64(31))
-
-
 def keys(words: np.ndarray, seed: int) -> np.ndarray:
     """A seeded 64-bit key per row of :func:`row_words`: equal rows, equal keys;
     a record's reader is ``key % readers``."""
-    start = np.full(len(words), (int(seed) * 0x9E3779B97F4A7C15 + 1) & _M64, np.uint64)
-    h = _mix(start)
+    start = np.full(len(words), (int(seed) * int(GOLDEN) + 1) & _M64, np.uint64)
+    h = mix64(start)
     for column in range(words.shape[1]):
-        h = _mix(h ^ words[:, column])
+        h = mix64(h ^ words[:, column])
     return h
 
 
