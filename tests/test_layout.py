@@ -122,7 +122,7 @@ def test_shared_layer_never_imports_upward():
 
 # Local file calls that must not touch an artifact or data path (which may be a URI).
 _LOCAL_FILE_CALL = __import__("re").compile(
-    r"os\.path\.(exists|isdir|isfile|getsize)|os\.listdir|os\.makedirs|(?<![\w.])open\(|"
+    r"os\.path\.(exists|isdir|isfile|getsize)|os\.listdir|os\.makedirs|(?<![\w.])(?<!def )open\(|"
     r"\bglob\.|\bshutil\.|os\.walk|os\.rename|os\.replace|os\.remove")
 
 # Where local file calls are allowed, and why: each touches only local files

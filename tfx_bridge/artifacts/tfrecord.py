@@ -41,6 +41,8 @@ DEFAULT_MAX_BATCH_BYTES = 64 << 20
 _CHUNK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
 _HEADER = 12
+_LENGTH = struct.Struct("<Q")
+_LENGTH_CRC = struct.Struct("<QI")
 MASK_DELTA = 0xA282EAD8  # TFRecord's CRC mask (crc rotated right by 15, plus this)
 
 
@@ -141,57 +143,157 @@ def read_batches(path: str, batch_size: int = 1000,
     ``max_record_bytes``.
     """
     import tensorflow as tf
-    from google_crc32c import value as crc32c
 
     name = shown or path
-    unpack = struct.Struct("<QI").unpack_from
     try:
         with fs.open_file(path, "rb") as f:
             src = _Source(f, name)
             size = None if src.gzip else fs.size(path)
-            batch: List[bytes] = []
-            first = index = held = 0
-            while limit is None or index < limit:
-                if len(src.buf) - src.pos < _HEADER and not src.fill(_HEADER):
-                    if len(src.buf) == src.pos:
-                        break
-                    raise RecordFileError(
-                        f"{name}, record {index} at byte {src.consumed + src.pos}: the file "
-                        "ends inside a record header (truncated). Re-create it.")
-                buf, pos = src.buf, src.pos
-                length, crc = unpack(buf, pos)
-                if _mask(crc32c(buf[pos:pos + 8])) != crc:
-                    raise RecordFileError(_bad_header(name, index, src.consumed + pos, src.gzip))
-                end = pos + _HEADER + length + 4
-                if length > max_record_bytes or (size is not None
-                                                 and src.consumed + end > size):
-                    raise RecordFileError(_bad_length(name, index, src.consumed + pos,
-                                                      length, max_record_bytes, size))
-                if end > len(buf):
-                    if not src.fill(end - pos):
-                        raise RecordFileError(
-                            f"{name}, record {index} at byte {src.consumed + src.pos}: the "
-                            "file ends inside the record (truncated). Re-create it.")
-                    buf, pos = src.buf, src.pos
-                    end = pos + _HEADER + length + 4
-                data = buf[pos + _HEADER:end - 4]
-                if _mask(crc32c(data)) != struct.unpack_from("<I", buf, end - 4)[0]:
-                    raise RecordFileError(
-                        f"{name}, record {index} at byte {src.consumed + pos}: the record's "
-                        "data fails its checksum (corrupt). Re-create it.")
-                src.pos = end
-                batch.append(data)
-                held += length
-                index += 1
-                if len(batch) >= batch_size or held >= max_batch_bytes:
-                    yield Batch(first, batch)
-                    batch, first, held = [], index, 0
-            if batch:
-                yield Batch(first, batch)
+            yield from _Framer(src, name, size, max_record_bytes).batches(
+                batch_size, max_batch_bytes, limit)
     except zlib.error as e:
         raise RecordFileError(f"{name}: gzip data is corrupt ({e}). Re-create the file.") from e
     except tf.errors.OpError as e:
         raise RecordFileError(f"{name}: cannot read ({e.message.splitlines()[0]}).") from e
+
+
+class _Framer:
+    """Records out of a :class:`_Source`, checked.
+
+    Fast path: the whole records already in the buffer are found by their
+    lengths alone (bounded by the buffer and ``max_record_bytes``, so a
+    forged length moves nothing outside memory already held), then checked
+    together: both CRCs of each, computed in C and masked with numpy, before any
+    record leaves. A bad header anywhere is caught there, before the records
+    after it (found through its length) are used. Slow path, for a record that
+    reaches past the buffer or over the limit: its header CRC checked first,
+    then its length against the limit and the file, then the buffer filled.
+    """
+
+    def __init__(self, src: _Source, name: str, size: Optional[int], max_record_bytes: int):
+        self.src, self.name, self.size = src, name, size
+        self.max_record_bytes = max_record_bytes
+
+    def batches(self, batch_size: int, max_batch_bytes: int,
+                limit: Optional[int]) -> Iterator[Batch]:
+        batch: List[bytes] = []
+        first = index = held = 0
+        while limit is None or index < limit:
+            want = batch_size - len(batch)
+            if limit is not None:
+                want = min(want, limit - index)
+            records = self._whole_records(want, max_batch_bytes - held, index)
+            if not records:
+                record = self._one_record(index)
+                if record is None:
+                    break
+                records = [record]
+            batch.extend(records)
+            index += len(records)
+            held += sum(map(len, records))
+            if len(batch) >= batch_size or held >= max_batch_bytes:
+                yield Batch(first, batch)
+                batch, first, held = [], index, 0
+        if batch:
+            yield Batch(first, batch)
+
+    def _whole_records(self, want: int, room: int, index: int) -> List[bytes]:
+        """Up to ``want`` records (and about ``room`` bytes) lying whole in the buffer."""
+        src = self.src
+        buf, pos = src.buf, src.pos
+        end_of_buf, limit = len(buf), self.max_record_bytes
+        unpack = _LENGTH.unpack_from
+        starts: List[int] = []
+        lengths: List[int] = []
+        while len(starts) < want and pos + _HEADER <= end_of_buf:
+            length = unpack(buf, pos)[0]
+            end = pos + _HEADER + length + 4
+            if end > end_of_buf or length > limit:
+                break
+            starts.append(pos)
+            lengths.append(length)
+            pos = end
+            room -= length
+            if room <= 0:
+                break
+        if not starts:
+            return []
+        records = self._checked(buf, starts, lengths, index)
+        src.pos = pos
+        return records
+
+    def _checked(self, buf: bytes, starts: List[int], lengths: List[int],
+                 index: int) -> List[bytes]:
+        import numpy as np
+        from google_crc32c import value as crc32c
+
+        n = len(starts)
+        at = np.array(starts, np.int64)
+        four = np.arange(4)
+        view = np.frombuffer(buf, np.uint8)
+        stored_headers = view[(at + 8)[:, None] + four].view("<u4").ravel()
+        stored_data = view[(at + _HEADER + np.array(lengths, np.int64))[:, None] + four
+                           ].view("<u4").ravel()
+        headers = np.fromiter(map(crc32c, [buf[p:p + 8] for p in starts]), np.uint32, n)
+        records = [buf[p + _HEADER:p + _HEADER + length]
+                   for p, length in zip(starts, lengths, strict=True)]
+        data = np.fromiter(map(crc32c, records), np.uint32, n)
+        bad_header = _masked(headers) != stored_headers
+        bad = np.flatnonzero(bad_header | (_masked(data) != stored_data))
+        if bad.size:
+            i = int(bad[0])
+            where = self.src.consumed + starts[i]
+            if bad_header[i]:
+                raise RecordFileError(_bad_header(self.name, index + i, where, self.src.gzip))
+            raise RecordFileError(_bad_data(self.name, index + i, where))
+        return records
+
+    def _one_record(self, index: int) -> Optional[bytes]:
+        """The next record, checked one step at a time; None at the end of the file."""
+        import struct
+
+        from google_crc32c import value as crc32c
+
+        src, name = self.src, self.name
+        if len(src.buf) - src.pos < _HEADER and not src.fill(_HEADER):
+            if len(src.buf) == src.pos:
+                return None
+            raise RecordFileError(
+                f"{name}, record {index} at byte {src.consumed + src.pos}: the file "
+                "ends inside a record header (truncated). Re-create it.")
+        buf, pos = src.buf, src.pos
+        length, crc = _LENGTH_CRC.unpack_from(buf, pos)
+        if _mask(crc32c(buf[pos:pos + 8])) != crc:
+            raise RecordFileError(_bad_header(name, index, src.consumed + pos, src.gzip))
+        end = pos + _HEADER + length + 4
+        if length > self.max_record_bytes or (self.size is not None
+                                              and src.consumed + end > self.size):
+            raise RecordFileError(_bad_length(name, index, src.consumed + pos,
+                                              length, self.max_record_bytes, self.size))
+        if end > len(buf):
+            if not src.fill(end - pos):
+                raise RecordFileError(
+                    f"{name}, record {index} at byte {src.consumed + src.pos}: the "
+                    "file ends inside the record (truncated). Re-create it.")
+            buf, pos = src.buf, src.pos
+            end = pos + _HEADER + length + 4
+        data = buf[pos + _HEADER:end - 4]
+        if _mask(crc32c(data)) != struct.unpack_from("<I", buf, end - 4)[0]:
+            raise RecordFileError(_bad_data(name, index, src.consumed + pos))
+        src.pos = end
+        return data
+
+
+def _masked(crcs):
+    """TFRecord's mask of many CRCs at once (uint32 arithmetic wraps as the mask does)."""
+    import numpy as np
+
+    return ((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + np.uint32(MASK_DELTA)
+
+
+def _bad_data(name: str, index: int, at: int) -> str:
+    return (f"{name}, record {index} at byte {at}: the record's data fails its checksum "
+            "(corrupt). Re-create it.")
 
 
 def _bad_header(name: str, index: int, at: int, gzip: bool) -> str:

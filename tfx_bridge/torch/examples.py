@@ -318,31 +318,39 @@ class ExamplesDataset(IterableDataset):
                 if full < n:
                     carry = {k: v[full:] for k, v in arrays.items()}
         if carry is not None and not self.drop_last:
-            yield {k: torch.from_numpy(v) for k, v in carry.items()}
+            yield _batch({k: torch.from_numpy(v) for k, v in carry.items()})
 
 
 def _slices(arrays: Dict[str, np.ndarray], stop: int, size: int
             ) -> Iterator[Dict[str, torch.Tensor]]:
-    """Batches as views of the chunk's tensors. In a DataLoader worker all features
-    share one buffer: a batch then crosses to the main process as one shared
-    storage, not one per feature (each costs the main process a rebuild, which
-    cost more than decoding the batch)."""
-    if get_worker_info() is None or not arrays:
-        tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
-    else:
-        # Sent by file name (torch's shm manager cleans up), not by a descriptor over
-        # a fresh socket per batch; this worker process is the DataLoader's own.
-        torch.multiprocessing.set_sharing_strategy("file_system")
-        at, spans = 0, {}
-        for k, v in arrays.items():
-            at += -at % 8  # each feature's values aligned for its dtype
-            spans[k] = (at, v)
-            at += v.nbytes
-        buffer = np.empty(at, np.uint8)
-        whole = torch.from_numpy(buffer)
-        tensors = {}
-        for k, (at, v) in spans.items():
-            buffer[at:at + v.nbytes] = np.ascontiguousarray(v).view(np.uint8).reshape(-1)
-            tensors[k] = whole[at:at + v.nbytes].view(_TORCH[v.dtype.name]).reshape(v.shape)
+    """Batches as views of the chunk's tensors."""
+    tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
     for start in range(0, stop, size):
-        yield {k: t[start:start + size] for k, t in tensors.items()}
+        yield _batch({k: t[start:start + size] for k, t in tensors.items()})
+
+
+def _batch(tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """In a DataLoader worker, a batch that crosses to the main process by value."""
+    return tensors if get_worker_info() is None else _WorkerBatch(tensors)
+
+
+class _WorkerBatch(dict):
+    """A batch leaving a DataLoader worker: pickled as its values' bytes (through
+    the worker's result pipe) and rebuilt as a plain dict of tensors.
+
+    torch sends a tensor's storage through shared memory instead: a segment
+    created, registered and mapped per batch, which cost the main process more
+    than decoding the batch did (a batch here is kilobytes; a pipe copies them
+    in microseconds). ``__copy__`` keeps the type through DataLoader's
+    ``default_convert``, which copies mappings.
+    """
+
+    def __copy__(self) -> _WorkerBatch:
+        return _WorkerBatch(self)
+
+    def __reduce__(self):
+        return _from_arrays, ({k: t.numpy() for k, t in self.items()},)
+
+
+def _from_arrays(arrays: Dict[str, np.ndarray]) -> Dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(a) for k, a in arrays.items()}

@@ -194,6 +194,27 @@ def test_reader_dataloader_workers_split_records_exactly_once(tmp_path, files, s
     assert sorted(halves[0] + halves[1]) == list(range(120)) and all(halves)
 
 
+def test_reader_dataloader_worker_batches_arrive_as_plain_tensors_by_value(tmp_path):
+    root = _write(tmp_path, files=1, per_file=50)
+    features = {**FEATURES, "label": Feature("float64", wire="int64")}
+    # The defensive reader: a forked worker must not run TF's runtime, which this
+    # process may have started (both readers send batches the same way).
+    ds = ExamplesDataset(root, "train", features, batch_size=16, chunk_records=32,
+                         reader="defensive")
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
+                                         multiprocessing_context="fork")
+    batches = list(loader)
+    assert sorted(_ids(batches)) == list(range(50))
+    assert {type(b) for b in batches} == {dict}
+    for b in batches:
+        # Copied through the worker's pipe, not a shared-memory segment per batch;
+        # writable, with the declared dtypes.
+        assert not any(t.is_shared() for t in b.values())
+        assert b["label"].dtype == torch.float64 and b["item_id"].dtype == torch.int32
+        assert b["vec"].shape[1:] == (3,)
+        b["item_id"] += 1
+
+
 def test_features_from_schema_fixed_shapes_with_dtype_overrides():
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
