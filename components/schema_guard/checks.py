@@ -239,10 +239,14 @@ def scan_file(path: str, split: str, config: GuardConfig, shown_name: Optional[s
     checker = _BatchChecker(config, split, name, findings)
     threads = _decode_threads()
     local = threading.local()
+    # The features the checks read, at the kind each is declared: the schema's, then
+    # the consumer's (a kind they disagree on is a finding of its own).
+    wires = {c.name: c.wire for c in config.consumer}
+    wires.update((e.name, e.wire) for e in config.expectations)
 
     def decode(records):
         if not hasattr(local, "decoder"):  # one decoder per thread
-            local.decoder = Decoder()
+            local.decoder = Decoder(wires)
         return local.decoder.decode(records)
 
     total = 0
