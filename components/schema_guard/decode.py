@@ -161,8 +161,9 @@ class Decoder:
             kinds = {WIRE_INT: tf.int64, WIRE_FLOAT: tf.float32, WIRE_BYTES: tf.string}
             self._spec = {name: tf.io.RaggedFeature(kinds[wire], row_splits_dtype=tf.int64)
                           for name, wire in self._wires.items()}
+        serialized = tf.constant(records)  # converted once, for the parse and the count
         try:
-            parsed = tf.io.parse_example(records, self._spec)
+            parsed = tf.io.parse_example(serialized, self._spec)
         except (tf.errors.OpError, UnicodeDecodeError):  # TF's message may quote the bytes
             return None
         described = np.zeros(len(records), np.int64)  # entries the parse accounts for, per record
@@ -192,7 +193,7 @@ class Decoder:
         if not names:
             return None
         try:
-            entries = _entries(records)
+            entries = _entries(serialized)
         except (tf.errors.OpError, UnicodeDecodeError):
             return None
         # A record with no entries at all (an empty tf.Example) is left to tfx_bsl too.
@@ -242,18 +243,18 @@ class Decoder:
         return bad
 
 
-def _entries(records: Sequence[bytes]) -> np.ndarray:
+def _entries(records) -> np.ndarray:
     """Feature map entries per record, each occurrence of a key counted; -1 for a
     record whose ``features`` field occurs more than once (protobuf merges them)."""
     import tensorflow as tf
 
     # Field 1 read as repeated bytes at both levels (Example.features, then
     # Features.feature), so a repeated occurrence is counted, not merged away.
-    features = tf.io.decode_proto(list(records), "tfx_bridge.Ones", ["one"], [tf.string],
+    features = tf.io.decode_proto(records, "tfx_bridge.Ones", ["one"], [tf.string],
                                   descriptor_source=_ONES)
     once = features.sizes[:, 0].numpy() <= 1
     if features.values[0].shape[1] == 0:
-        return np.zeros(len(records), np.int64)
+        return np.zeros(int(records.shape[0]), np.int64)
     entries = tf.io.decode_proto(features.values[0][:, 0], "tfx_bridge.Ones", ["one"],
                                  [tf.string], descriptor_source=_ONES)
     return np.where(once, entries.sizes[:, 0].numpy().astype(np.int64), -1)

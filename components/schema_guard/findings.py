@@ -27,7 +27,9 @@ PARSE_DTYPE = "consumer_vs_example.parse_dtype"
 SOURCE_NARROWING = "source_vs_consumer.narrowing"
 
 MAX_SAMPLES = 5
-DEFAULT_BATCH_SIZE = 4096
+# Records per decoded batch: large enough that the checks' per-batch calls cost
+# little beside the records' own work, small enough to hold several in flight.
+DEFAULT_BATCH_SIZE = 16384
 SOURCE_SCHEMA_FILE = layout.SOURCE_SCHEMA_FILE  # ParquetExampleGen's sidecar
 
 KIND_OF_TYPE = {"INT": WIRE_INT, "FLOAT": WIRE_FLOAT, "BYTES": WIRE_BYTES}

@@ -229,12 +229,16 @@ class _Framer:
 
         n = len(starts)
         at = np.array(starts, np.int64)
+        sizes = np.array(lengths, np.uint64)
         four = np.arange(4)
         view = np.frombuffer(buf, np.uint8)
         stored_headers = view[(at + 8)[:, None] + four].view("<u4").ravel()
-        stored_data = view[(at + _HEADER + np.array(lengths, np.int64))[:, None] + four
+        stored_data = view[(at + _HEADER + sizes.astype(np.int64))[:, None] + four
                            ].view("<u4").ravel()
-        headers = np.fromiter(map(crc32c, [buf[p:p + 8] for p in starts]), np.uint32, n)
+        # A header's CRC depends on its length alone: computed once per distinct length.
+        distinct, which = np.unique(sizes, return_inverse=True)
+        headers = np.fromiter(map(crc32c, [_LENGTH.pack(int(v)) for v in distinct]),
+                              np.uint32, len(distinct))[which]
         records = [buf[p + _HEADER:p + _HEADER + length]
                    for p, length in zip(starts, lengths, strict=True)]
         data = np.fromiter(map(crc32c, records), np.uint32, n)

@@ -146,3 +146,15 @@ def test_read_batches_gzip_ending_early_refused_not_read_short(tmp_path, how):
     with pytest.raises(EOFError):  # as Python's own gzip says
         gzip.decompress(open(path, "rb").read())
 
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_read_batches_header_flipped_mid_buffer_named_before_its_length_is_used(
+        tmp_path, compress):
+    raw = bytearray(b"".join(_frame(bytes([i]) * 5) for i in range(40)))
+    raw[21 * 7] ^= 0x40  # record 7's length: 5 -> 69, its CRC left as it was
+    path = tmp_path / "flip"
+    path.write_bytes(gzip.compress(bytes(raw)) if compress else bytes(raw))
+    with pytest.raises(RecordFileError,
+                       match=r"record 7 at byte 147: a record header fails its checksum"):
+        _all(str(path), batch_size=16)
