@@ -134,8 +134,11 @@ def _schema_for(features: Mapping):
 
 
 def defensive_chunks(path: str, features: Mapping, chunk_records: int,
-                     max_record_bytes: int) -> Iterator[Chunk]:
-    """Chunks framed by :mod:`tfx_bridge.artifacts.tfrecord`, decoded by tfx_bsl."""
+                     max_record_bytes: int, share: Tuple[int, int] = (0, 1)
+                     ) -> Iterator[Chunk]:
+    """Chunks framed by :mod:`tfx_bridge.artifacts.tfrecord`, decoded by tfx_bsl; with
+    ``share`` ``(index, count)``, only the chunks numbered ``index`` modulo ``count``
+    (every chunk is framed and checked all the same)."""
     from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
     decoder = ExamplesToRecordBatchDecoder(_schema_for(features))
@@ -158,9 +161,12 @@ def defensive_chunks(path: str, features: Mapping, chunk_records: int,
             found[name] = (np.asarray(column.values)[offsets[0]:offsets[-1]], counts)
         return columns(features, found, path, first, len(records))
 
-    for batch in tfrecord.read_batches(path, chunk_records, max_record_bytes=max_record_bytes):
-        yield (batch.first, len(batch.records),
-               lambda b=batch: decode(b.records, b.first))
+    index, count = share
+    for number, batch in enumerate(tfrecord.read_batches(
+            path, chunk_records, max_record_bytes=max_record_bytes)):
+        if number % count == index:
+            yield (batch.first, len(batch.records),
+                   lambda b=batch: decode(b.records, b.first))
 
 
 def _types_error(path: str, first: int, n: int, why: str) -> ExamplesReadError:
@@ -174,9 +180,11 @@ def _compression(path: str) -> str:
         return "GZIP" if f.read(2) == b"\x1f\x8b" else ""
 
 
-def tf_chunks(path: str, features: Mapping, chunk_records: int) -> Iterator[Chunk]:
+def tf_chunks(path: str, features: Mapping, chunk_records: int,
+              share: Tuple[int, int] = (0, 1)) -> Iterator[Chunk]:
     """Chunks framed by TF's ``TFRecordDataset`` and parsed by ``parse_example``
-    (for the pipeline's own Examples: TF believes record headers)."""
+    (for the pipeline's own Examples: TF believes record headers); with ``share``
+    ``(index, count)``, only the chunks numbered ``index`` modulo ``count``."""
     import tensorflow as tf
 
     fixed = {name: tf.io.FixedLenFeature(
@@ -204,13 +212,18 @@ def tf_chunks(path: str, features: Mapping, chunk_records: int) -> Iterator[Chun
                      for k, v in parsed.items()}
         return columns(features, found, path, first, n)
 
+    index, count = share
     data = tf.data.TFRecordDataset([path], compression_type=_compression(path),
-                                   buffer_size=1 << 20).batch(chunk_records)
+                                   buffer_size=1 << 20).batch(chunk_records).enumerate()
+    if count > 1:  # other readers' chunks stay inside TF: framed, never handed over
+        data = data.shard(count, index)
+    # The next chunk is framed on TF's thread while this one is parsed and checked here.
+    data = data.prefetch(1)
     first = 0
     iterator = iter(data)
     while True:
         try:
-            serialized = next(iterator)
+            number, serialized = next(iterator)
         except StopIteration:
             return
         except tf.errors.OpError as e:  # a corrupt or truncated file
@@ -218,6 +231,5 @@ def tf_chunks(path: str, features: Mapping, chunk_records: int) -> Iterator[Chun
                 f"{path}: a corrupt record after record {first} ({e.message.splitlines()[0]})."
                 " Re-run the component that wrote it, or read it with reader='defensive' "
                 "for the exact record and byte offset.") from e
-        n = int(serialized.shape[0])
-        yield first, n, lambda s=serialized, f=first: decode(s, f)
-        first += n
+        first = int(number) * chunk_records  # every chunk but the last is full
+        yield first, int(serialized.shape[0]), lambda s=serialized, f=first: decode(s, f)

@@ -282,11 +282,11 @@ class ExamplesDataset(IterableDataset):
         yield from _slices(arrays, n - n % self.batch_size if self.drop_last else n,
                            self.batch_size)
 
-    def _chunks(self, path: str) -> Iterator[decode.Chunk]:
+    def _chunks(self, path: str, share: Tuple[int, int] = (0, 1)) -> Iterator[decode.Chunk]:
         if self.reader == "tf":
-            return decode.tf_chunks(path, self.features, self.chunk_records)
+            return decode.tf_chunks(path, self.features, self.chunk_records, share)
         return decode.defensive_chunks(path, self.features, self.chunk_records,
-                                       self.max_record_bytes)
+                                       self.max_record_bytes, share)
 
     def _stream(self) -> Iterator[Dict[str, torch.Tensor]]:
         rng = np.random.default_rng([self.seed, self.epoch])
@@ -297,14 +297,11 @@ class ExamplesDataset(IterableDataset):
         by_file = len(files) >= readers
         if by_file:
             files = files[index::readers]
-        unit = 0  # chunks seen, for chunk sharding
         carry: Optional[Dict[str, np.ndarray]] = None
-        for path in files:
-            for _, count, decoded in self._chunks(path):
-                mine = by_file or unit % readers == index
-                unit += 1
-                if not mine:
-                    continue
+        for number, path in enumerate(files):
+            # Fewer files than readers: chunk c of file f is reader (f + c) % readers's.
+            share = (0, 1) if by_file else ((index - number) % readers, readers)
+            for _, count, decoded in self._chunks(path, share):
                 arrays = decoded()
                 if self.shuffle:
                     perm = rng.permutation(count)

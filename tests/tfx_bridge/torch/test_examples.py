@@ -189,9 +189,11 @@ def test_reader_dataloader_workers_split_records_exactly_once(tmp_path, files, s
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
                                          multiprocessing_context="fork")
     assert sorted(_ids(loader)) == list(range(120))
-    halves = [_ids(ExamplesDataset(root, "train", FEATURES, batch_size=10, chunk_records=20,
-                                   shard=(i, 2), shuffle=shuffle)) for i in range(2)]
-    assert sorted(halves[0] + halves[1]) == list(range(120)) and all(halves)
+    for reader in ("defensive", "tf"):  # one file: each reader keeps its own chunks
+        halves = [_ids(ExamplesDataset(root, "train", FEATURES, batch_size=10,
+                                       chunk_records=20, shard=(i, 2), shuffle=shuffle,
+                                       reader=reader)) for i in range(2)]
+        assert sorted(halves[0] + halves[1]) == list(range(120)) and all(halves)
 
 
 def test_reader_dataloader_worker_batches_arrive_as_plain_tensors_by_value(tmp_path):
