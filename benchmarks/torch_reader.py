@@ -15,7 +15,9 @@ tensors of the same features:
 Two record shapes: the demo's raw Examples (ingested by ParquetExampleGen's
 core: 12 features with lists and strings, four read: int32 ids, float32) and
 Transform-shaped records (seven scalars and the label, all read). Records per
-second over whole passes, best of ``--rounds``, interleaved.
+second over whole passes, best of ``--rounds``, interleaved; then the CPU seconds
+of one more pass of each, by process (the DataLoader's main process and its
+workers apart), which bound what two workers can reach on a 2-core machine.
 Targets (issue 27): tf >= 1.0x stock in one process, tf x2 >= 1.7x stock.
 
     .venv/bin/python benchmarks/torch_reader.py --rows 300000
@@ -124,7 +126,29 @@ def measure(examples: str, rows: int, batch: int, spec: dict, rounds: int) -> di
     rate = {k: rows / v for k, v in best.items()}
     return {"records_per_s": {k: round(v) for k, v in rate.items()},
             "ratio_to_stock": {k: round(v / rate["stock"], 2) for k, v in rate.items()},
-            "tf x2 first pass s (workers starting)": round(cold, 2)}
+            "tf x2 first pass s (workers starting)": round(cold, 2),
+            "cpu s a pass": cpu_seconds(examples, rows, batch, spec, loader)}
+
+
+def cpu_seconds(examples: str, rows: int, batch: int, spec: dict, loader) -> dict:
+    """CPU seconds of one pass, by process: where a 2-core machine's time goes."""
+    import psutil
+
+    def used(procs):
+        return sum(t.user + t.system for t in (p.cpu_times() for p in procs))
+
+    me = psutil.Process()
+    workers = [psutil.Process(w.pid) for w in loader._iterator._workers]
+    before = used([me]), used(workers)
+    assert count(loader) == rows
+    main, work = used([me]) - before[0], used(workers) - before[1]
+    out = {"tf x2 main": round(main, 2), "tf x2 workers": round(work, 2)}
+    for name, fn in (("tf", lambda: count(dataset(examples, batch, spec, "tf"))),
+                     ("stock", lambda: stock(examples, batch, spec))):
+        start = used([me])
+        assert fn() == rows
+        out[name] = round(used([me]) - start, 2)
+    return out
 
 
 def main() -> None:

@@ -127,13 +127,20 @@ def bench_ours(examples: str, root: str):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="runs of each path, interleaved; the fastest of each is kept")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench-validate-")
     try:
         examples = make_examples(tmp, args.rows)
-        ours_s, ours_found, records = bench_ours(examples, tmp)
-        stock_s, stock_found = bench_stock(examples, tmp)
+        ours_s = stock_s = float("inf")
+        for k in range(args.rounds):
+            os.makedirs(os.path.join(tmp, f"r{k}"))
+            seconds, ours_found, records = bench_ours(examples, os.path.join(tmp, f"r{k}"))
+            ours_s = min(ours_s, seconds)
+            seconds, stock_found = bench_stock(examples, os.path.join(tmp, f"r{k}"))
+            stock_s = min(stock_s, seconds)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     n = sum(records.values())
@@ -147,7 +154,7 @@ def main() -> None:
           f"{', '.join(stock_found) or 'nothing'} |")
     print(f"| SchemaGuard | {ours_s:.1f} | {n / ours_s:,.0f} | "
           f"{'; '.join(result['ours_findings']) or 'nothing'} |")
-    print(f"\nspeed-up: {result['speedup']}x (target >= 3x)")
+    print(f"\nspeed-up: {result['speedup']}x (target >= 5x, issue 27)")
     if args.json:
         print(json.dumps(result, sort_keys=True))
 
