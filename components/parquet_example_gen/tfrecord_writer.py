@@ -10,7 +10,8 @@ import itertools
 import queue
 import struct
 import threading
-from typing import Dict, List, Optional, Sequence
+import weakref
+from typing import Dict, List, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -18,7 +19,7 @@ from apache_beam.io import filebasedsink
 from apache_beam.io.filesystem import CompressionTypes
 from google_crc32c import value as _CRC32C  # C implementation
 
-from tfx_bridge.artifacts.tfrecord import MASK_DELTA, masked_crc
+from tfx_bridge.artifacts.tfrecord import masked_crc, masked_crcs
 from tfx_bridge.components.parquet_example_gen.arrow_types import (
     RECORD_FILE_SUFFIX,
 )
@@ -54,8 +55,7 @@ _LARGE_RECORD = 1 << 20
 def _framed_parts(records: Sequence[bytes]):
     n = len(records)
     crcs = np.fromiter(map(_CRC32C, records), dtype=np.uint32, count=n)
-    masked = (((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + np.uint32(MASK_DELTA))
-    trailer = masked.astype("<u4").tobytes()
+    trailer = masked_crcs(crcs).astype("<u4").tobytes()
     headers = [_header(len(r)) for r in records]
     trailers = [trailer[i:i + 4] for i in range(0, 4 * n, 4)]
     return itertools.chain.from_iterable(zip(headers, records, trailers, strict=True))
@@ -82,7 +82,9 @@ class BackgroundWriter:
     and returns; the thread calls the wrapped handle's ``write`` (for a gzip
     handle: deflate, then the file system's write). The first error the thread
     meets is raised by the next ``write`` or by ``close``; after it, queued
-    buffers are dropped, never written out of order.
+    buffers are dropped, never written out of order. A writer dropped without
+    ``close`` (Beam abandons a failed bundle's writer) ends its thread and
+    closes the handle, so neither outlives it.
 
     Example:
         >>> import io
@@ -97,36 +99,52 @@ class BackgroundWriter:
     def __init__(self, handle, depth: int = 4):
         self._handle = handle
         self._pending: queue.Queue = queue.Queue(depth)
-        self._error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._run, name="tfrecord-writer", daemon=True)
+        self._failure: List[BaseException] = []
+        abandoned = threading.Event()
+        # The thread holds no reference to this object, so dropping it is seen.
+        self._thread = threading.Thread(
+            target=_drain, args=(handle, self._pending, self._failure, abandoned),
+            name="tfrecord-writer", daemon=True)
         self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            data = self._pending.get()
-            if data is None:
-                return
-            if self._error is None:
-                try:
-                    self._handle.write(data)
-                except BaseException as e:  # noqa: BLE001  (raised in the caller's thread)
-                    self._error = e
+        weakref.finalize(self, abandoned.set)
 
     def write(self, data: bytes) -> None:
-        if self._error is not None:
-            raise self._error
-        self._pending.put(data)
+        if self._failure:
+            raise self._failure[0]
+        self._pending.put(data)  # the thread drains even after a failure: never stuck
 
     def close(self) -> None:
         self._pending.put(None)
         self._thread.join()
-        if self._error is not None:
+        if self._failure:
             try:
                 self._handle.close()
             except Exception:  # noqa: BLE001  (the write's error is the one to report)
                 pass
-            raise self._error
+            raise self._failure[0]
         self._handle.close()
+
+
+def _drain(handle, pending: queue.Queue, failure: List[BaseException],
+           abandoned: threading.Event) -> None:
+    while True:
+        try:
+            data = pending.get(timeout=0.5)
+        except queue.Empty:
+            if abandoned.is_set():
+                break
+            continue
+        if data is None:  # close(): the caller closes the handle
+            return
+        if not failure:
+            try:
+                handle.write(data)
+            except BaseException as e:  # noqa: BLE001  (raised in the caller's thread)
+                failure.append(e)
+    try:
+        handle.close()
+    except Exception:  # noqa: BLE001  (nobody is left to tell: the bundle failed)
+        pass
 
 
 class BatchedTFRecordSink(filebasedsink.FileBasedSink):

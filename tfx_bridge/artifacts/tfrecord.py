@@ -242,8 +242,8 @@ class _Framer:
         records = [buf[p + _HEADER:p + _HEADER + length]
                    for p, length in zip(starts, lengths, strict=True)]
         data = np.fromiter(map(crc32c, records), np.uint32, n)
-        bad_header = _masked(headers) != stored_headers
-        bad = np.flatnonzero(bad_header | (_masked(data) != stored_data))
+        bad_header = masked_crcs(headers) != stored_headers
+        bad = np.flatnonzero(bad_header | (masked_crcs(data) != stored_data))
         if bad.size:
             i = int(bad[0])
             where = self.src.consumed + starts[i]
@@ -288,8 +288,9 @@ class _Framer:
         return data
 
 
-def _masked(crcs):
-    """TFRecord's mask of many CRCs at once (uint32 arithmetic wraps as the mask does)."""
+def masked_crcs(crcs):
+    """TFRecord's mask of many CRC32Cs at once (a uint32 array; its arithmetic wraps
+    as the mask does)."""
     import numpy as np
 
     return ((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + np.uint32(MASK_DELTA)

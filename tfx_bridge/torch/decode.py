@@ -219,7 +219,7 @@ def tf_chunks(path: str, features: Mapping, chunk_records: int,
         data = data.shard(count, index)
     # The next chunk is framed on TF's thread while this one is parsed and checked here.
     data = data.prefetch(1)
-    first = 0
+    read = 0  # records up to the end of the last chunk received
     iterator = iter(data)
     while True:
         try:
@@ -228,8 +228,9 @@ def tf_chunks(path: str, features: Mapping, chunk_records: int,
             return
         except tf.errors.OpError as e:  # a corrupt or truncated file
             raise ExamplesReadError(
-                f"{path}: a corrupt record after record {first} ({e.message.splitlines()[0]})."
+                f"{path}: a corrupt record after record {read} ({e.message.splitlines()[0]})."
                 " Re-run the component that wrote it, or read it with reader='defensive' "
                 "for the exact record and byte offset.") from e
         first = int(number) * chunk_records  # every chunk but the last is full
+        read = first + int(serialized.shape[0])
         yield first, int(serialized.shape[0]), lambda s=serialized, f=first: decode(s, f)

@@ -78,8 +78,6 @@ DEFAULT_MEMORY_BYTES = 1 << 30  # decoded features a shuffling reader holds
 
 _DTYPES = decode.DTYPES
 PIPELINE_EXAMPLES_ENV = decode.PIPELINE_EXAMPLES_ENV
-_TORCH = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32,
-          "int64": torch.int64, "int16": torch.int16, "uint8": torch.uint8, "bool": torch.bool}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,3 +40,16 @@ def test_background_writer_failed_write_raised_by_close_later_parts_dropped():
     with pytest.raises(OSError, match="No space left on device"):
         writer.close()
     assert handle.parts == [b"\x00", b"\x01", b"\x02"] and handle.closed
+
+
+def test_background_writer_dropped_without_close_ends_its_thread_and_closes():
+    import gc
+
+    handle = _Handle()
+    writer = BackgroundWriter(handle)
+    writer.write(b"x")
+    thread = writer._thread
+    del writer  # as Beam drops a failed bundle's writer
+    gc.collect()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and handle.closed and handle.parts == [b"x"]

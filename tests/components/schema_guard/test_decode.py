@@ -83,3 +83,48 @@ def test_decoder_record_that_is_not_an_example_named_by_index():
     with pytest.raises(NotExamples) as caught:
         Decoder(WIRES).decode(records)
     assert caught.value.indices == [1]
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (lengths here stay under 128)."""
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def _raw_example(**features: bytes) -> bytes:
+    """An Example whose Feature messages are given as bytes, written field by field."""
+    entries = b"".join(_field(1, _field(1, k.encode()) + _field(2, v))
+                       for k, v in features.items())
+    return _field(1, entries)
+
+
+def _feature(**kw) -> bytes:
+    return tf.train.Feature(**kw).SerializeToString()
+
+
+INT1 = _feature(int64_list=tf.train.Int64List(value=[1]))
+ODD = {  # Features protobuf reads otherwise than a first-list-field parse
+    "twice": INT1 + _feature(int64_list=tf.train.Int64List(value=[2])),  # merged: [1, 2]
+    "then_float": INT1 + _feature(float_list=tf.train.FloatList(value=[2.5])),  # float wins
+    "then_empty_bytes": INT1 + b"\x0a\x00",  # an empty bytes_list wins
+    "unpacked": b"\x1a\x02\x08\x01",  # int64_list{value: 1} unpacked: same values
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD))
+def test_decoder_feature_with_more_than_its_first_list_field_decoded_as_protobuf_reads_it(
+        case):
+    records = [_example(i=(3,), f=(0.5,)), _raw_example(i=ODD[case], f=_feature(
+        float_list=tf.train.FloatList(value=[1.5]))), _example(i=(4,), f=(2.5,))]
+    got = _rows(Decoder(WIRES).decode(records), 3)
+    assert repr(got) == repr(_rows(Decoder({}).decode(records), 3))
+    assert tf.train.Example.FromString(records[1]).features.feature["i"].WhichOneof(
+        "kind") == {"then_float": "float_list", "then_empty_bytes": "bytes_list"}.get(
+        case, "int64_list")
+
+
+def test_decoder_trailing_bytes_in_a_feature_refused_as_not_an_example():
+    records = [_example(i=(3,)), _raw_example(i=INT1 + b"\xff\xff"), _example(i=(4,))]
+    with pytest.raises(NotExamples) as caught:
+        Decoder(WIRES).decode(records)
+    assert caught.value.indices == [1]
