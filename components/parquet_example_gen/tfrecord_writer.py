@@ -117,10 +117,7 @@ class BackgroundWriter:
         self._pending.put(None)
         self._thread.join()
         if self._failure:
-            try:
-                self._handle.close()
-            except Exception:  # noqa: BLE001  (the write's error is the one to report)
-                pass
+            _close_quietly(self._handle)  # the write's error is the one to report
             raise self._failure[0]
         self._handle.close()
 
@@ -141,9 +138,13 @@ def _drain(handle, pending: queue.Queue, failure: List[BaseException],
                 handle.write(data)
             except BaseException as e:  # noqa: BLE001  (raised in the caller's thread)
                 failure.append(e)
+    _close_quietly(handle)  # abandoned: nobody is left to tell, the bundle failed
+
+
+def _close_quietly(handle) -> None:
     try:
         handle.close()
-    except Exception:  # noqa: BLE001  (nobody is left to tell: the bundle failed)
+    except Exception:  # noqa: BLE001  (another error is, or was, the one reported)
         pass
 
 

@@ -254,8 +254,6 @@ class _Framer:
 
     def _one_record(self, index: int) -> Optional[bytes]:
         """The next record, checked one step at a time; None at the end of the file."""
-        import struct
-
         from google_crc32c import value as crc32c
 
         src, name = self.src, self.name

@@ -232,5 +232,6 @@ def tf_chunks(path: str, features: Mapping, chunk_records: int,
                 " Re-run the component that wrote it, or read it with reader='defensive' "
                 "for the exact record and byte offset.") from e
         first = int(number) * chunk_records  # every chunk but the last is full
-        read = first + int(serialized.shape[0])
-        yield first, int(serialized.shape[0]), lambda s=serialized, f=first: decode(s, f)
+        n = int(serialized.shape[0])
+        read = first + n
+        yield first, n, lambda s=serialized, f=first: decode(s, f)
