@@ -1,7 +1,8 @@
 """The README and the guides stay short where they promise to, and every link in
 them leads somewhere: a relative link names an existing file (and, with a
-``#fragment``, a heading of that file), and every ``tfx-bridge <verb>`` the
-README's examples run is a verb the console script's parser knows.
+``#fragment``, a heading of that file), every test a doc names as its evidence
+exists, and every ``tfx-bridge <verb>`` the README's examples run is a verb the
+console script's parser knows.
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ _INLINE_CODE = re.compile(r"`[^`\n]*`")
 # [text](target) or [text](target "title"); images (![alt](target)) too.
 _LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _VERB = re.compile(r"(?:^|[\s;&|(])tfx-bridge\s+([a-z][a-z0-9-]*)")
+# `tests/x/test_y.py`, `x/test_y.py::test_z`, or `::test_z` after one of them on a line.
+_TEST_REF = re.compile(r"`((?:[\w.-]+/)*test_\w+\.py)?(?:::(test_\w+))?`")
 
 
 def _docs() -> List[Path]:
@@ -97,6 +100,28 @@ def broken_links(path: Path) -> List[str]:
     return broken
 
 
+def missing_tests(path: Path) -> List[str]:
+    """Test files and test functions a doc names that do not exist. A path is taken
+    from the repository root or from ``tests/``; ``::test_name`` alone refers to the
+    last file named before it on the same line."""
+    missing = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        current = None
+        for m in _TEST_REF.finditer(line):
+            file_part, name = m.groups()
+            if file_part:
+                found = [c for c in (ROOT / file_part, ROOT / "tests" / file_part) if c.is_file()]
+                current = found[0] if found else None
+                if current is None:
+                    missing.append(f"{path.name}:{number}: no test file {file_part}")
+                    continue
+            if name and current is not None and not re.search(
+                    rf"^\s*(?:async\s+)?def {name}\(", current.read_text(encoding="utf-8"),
+                    re.MULTILINE):
+                missing.append(f"{path.name}:{number}: {current.name} has no {name}")
+    return missing
+
+
 def _parser_verbs() -> Set[str]:
     from tfx_bridge.cli.main import build_parser
 
@@ -147,6 +172,23 @@ def test_broken_links_missing_file_and_heading_named(tmp_path, monkeypatch):
 def test_doc_relative_links_lead_to_existing_files_and_headings(doc):
     broken = broken_links(doc)
     assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_missing_tests_renamed_test_and_missing_file_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_kept():\n    pass\n")
+    doc = tmp_path / "d.md"
+    doc.write_text("| `test_a.py::test_kept`, `::test_renamed` | `tests/test_gone.py` |\n",
+                   encoding="utf-8")
+    assert missing_tests(doc) == ["d.md:1: test_a.py has no test_renamed",
+                                  "d.md:1: no test file tests/test_gone.py"]
+
+
+@pytest.mark.parametrize("doc", _docs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_doc_named_tests_exist(doc):
+    missing = missing_tests(doc)
+    assert not missing, "tests named in the docs that do not exist:\n" + "\n".join(missing)
 
 
 def test_readme_links_to_every_guide():
