@@ -1,8 +1,8 @@
 """The README and the guides stay short where they promise to, and every link in
 them leads somewhere: a relative link names an existing file (and, with a
 ``#fragment``, a heading of that file), every test a doc names as its evidence
-exists, and every ``tfx-bridge <verb>`` the README's examples run is a verb the
-console script's parser knows.
+exists, every ``tfx-bridge <verb>`` the README's examples run is a verb the
+console script's parser knows, and the CLI guide names only flags its verbs take.
 """
 from __future__ import annotations
 
@@ -122,12 +122,16 @@ def missing_tests(path: Path) -> List[str]:
     return missing
 
 
-def _parser_verbs() -> Set[str]:
+def _verb_parsers() -> Dict[str, argparse.ArgumentParser]:
     from tfx_bridge.cli.main import build_parser
 
     parser = build_parser()
     subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return set(subparsers[0].choices)
+    return dict(subparsers[0].choices)
+
+
+def _parser_verbs() -> Set[str]:
+    return set(_verb_parsers())
 
 
 def _readme_example_verbs() -> Set[str]:
@@ -205,6 +209,19 @@ def test_readme_examples_verbs_known_to_the_parser():
     assert named, "no `tfx-bridge <verb>` found in README's code blocks"
     unknown = sorted(named - _parser_verbs())
     assert not unknown, f"README runs verbs the CLI does not have: {unknown}"
+
+
+def test_cli_guide_flags_known_to_each_verb():
+    """Each verb's row in the CLI guide names only flags that verb takes."""
+    rows = re.findall(r"^\| `tfx-bridge ([a-z][a-z0-9-]*)([^|]*(?:\\\|[^|]*)*)` \|",
+                      (ROOT / "docs" / "guides" / "cli.md").read_text(encoding="utf-8"),
+                      re.MULTILINE)
+    parsers = _verb_parsers()
+    assert {verb for verb, _ in rows} == set(parsers), "one row per verb"
+    unknown = [f"{verb} {flag}" for verb, usage in rows
+               for flag in re.findall(r"--[a-z][a-z-]*", usage)
+               if flag not in parsers[verb]._option_string_actions]
+    assert not unknown, f"flags the CLI guide names that the verb does not take: {unknown}"
 
 
 def test_readme_examples_cover_every_verb():
