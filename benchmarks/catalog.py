@@ -275,21 +275,22 @@ def precheck(family: str, name: str) -> None:
 
 
 def hand_over(built: Built, form: str, folder: str, name: str):
-    """The file a user would hand over, written to ``folder``: a convert.ModelSource."""
-    from tfx_bridge.components.pytorch_model_importer import convert, signature
+    """The file a user would hand over, written to ``folder``: a ModelSource."""
+    from tfx_bridge.components.pytorch_model_importer import signature
+    from tfx_bridge.components.pytorch_model_importer.source import ModelSource
 
     specs = signature.parse_input_specs(built.inputs)
     safe = name.replace("/", "_")
     if form == "state_dict":
         path = os.path.join(folder, f"{safe}.pt")
         torch.save(built.module.state_dict(), path)
-        return convert.ModelSource("state_dict", path, built.module_class, built.module_kwargs)
+        return ModelSource("state_dict", path, built.module_class, built.module_kwargs)
     sample = tuple(torch.from_numpy(v) for v in signature.make_inputs(specs, 3).values())
     if form == "torchscript":
         path = os.path.join(folder, f"{safe}.torchscript")
         with torch.no_grad():
             torch.jit.trace(built.module.eval(), sample, check_trace=False).save(path)
-        return convert.ModelSource("torchscript", path)
+        return ModelSource("torchscript", path)
     if form == "onnx":
         path = os.path.join(folder, f"{safe}.onnx")
         names_in = [s.name for s in specs]
@@ -297,5 +298,5 @@ def hand_over(built: Built, form: str, folder: str, name: str):
             torch.onnx.export(built.module.eval(), sample, path, input_names=names_in,
                               output_names=built.outputs, opset_version=17, dynamo=False,
                               dynamic_axes={n: {0: "batch"} for n in names_in + built.outputs})
-        return convert.ModelSource("onnx", path)
+        return ModelSource("onnx", path)
     raise ValueError(f"unknown hand-over form {form!r}: use one of {FORMS}")

@@ -25,7 +25,9 @@ from catalog_summary import (
 )
 
 from tfx_bridge.components.pytorch_model_importer import convert, signature
+from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
 from tfx_bridge.components.pytorch_model_importer.errors import ImporterError
+from tfx_bridge.components.pytorch_model_importer.verify import run_torch
 from tfx_bridge.errors import short_message
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -34,12 +36,6 @@ IMPORT_MODELS = os.path.join(BENCH_DIR, "import_models.py")
 BATCHES = (1, 7, 32)
 CATALOG_JSONL = os.path.join(BENCH_DIR, "results", "catalog.jsonl")
 CHILD_TIMEOUT_S = 600
-
-
-def _importer_takes_converter() -> bool:
-    import inspect
-
-    return "converter" in inspect.signature(convert.import_model).parameters
 
 
 def _torch_self_drift(module, specs, batch: int = 7):
@@ -89,8 +85,6 @@ def _float64_errors(module, specs, serving_dir: str, outputs, fp32, batch: int =
 
 def catalog_child(task: dict) -> None:
     """One model, one hand-over form, one converter; writes the row to task["result"]."""
-    import inspect
-
     import catalog
 
     row = {k: task[k] for k in ("family", "model", "form")}
@@ -125,8 +119,7 @@ def catalog_child(task: dict) -> None:
     # Tolerance: 1e-4 absolute, or relative to the output's scale when that is above 1.
     try:
         with torch.no_grad():
-            ref = convert.run_torch(built.module, signature.make_inputs(specs, max(BATCHES)),
-                                    specs)
+            ref = run_torch(built.module, signature.make_inputs(specs, max(BATCHES)), specs)
     except Exception as e:  # noqa: BLE001 (torch itself cannot run it: not a converter row)
         # e.g. RecurrentGemma keeps its recurrent state, sized by the first call's batch.
         return done(status="not_built", message=f"torch's own forward fails at batch "
@@ -144,14 +137,10 @@ def catalog_child(task: dict) -> None:
         except Exception as e:  # noqa: BLE001 (the user's own export/trace fails)
             return done(status="handover_failed",
                         message=f"{type(e).__name__}: {short_message(e)[:400]}")
-        kwargs = {"atol": atol}
-        if "converter" in inspect.signature(convert.import_model).parameters:
-            kwargs["converter"] = task["converter"]
-        elif task["converter"] != "onnx2tf":
-            row["note"] = "importer without converter=: onnx2tf"
+        config = ImporterConfig.of_source(source, built.inputs, built.outputs, atol=atol,
+                                          converter=task["converter"])
         try:
-            result = convert.import_model(source, specs, built.outputs,
-                                          os.path.join(tmp, "model"), **kwargs)
+            result = convert.import_model(config, os.path.join(tmp, "model"))
             fp64_errors = ({} if result.blessed else
                            _float64_errors(built.module, specs, result.serving_dir,
                                            built.outputs, ref[0], max(BATCHES)))
@@ -291,9 +280,6 @@ def run_catalog(args) -> None:
     tasks = [t for t in _catalog_tasks(args)
              if (t["family"], t["model"], t["form"], t["converter"]) not in done
              and (t["family"], t["model"]) not in model_level]
-    if args.converter != "onnx2tf" and not _importer_takes_converter():
-        print("warning: convert.import_model has no converter= yet: every column is onnx2tf",
-              file=sys.stderr, flush=True)
     total = len(tasks)
     print(f"catalog: {total} conversions to run ({len(done)} rows already in {args.out})",
           file=sys.stderr, flush=True)

@@ -173,7 +173,7 @@ def run_time_child(spec: dict, onednn: bool) -> dict:
 def _models(only):
     import torch
 
-    from tfx_bridge.components.pytorch_model_importer import convert
+    from tfx_bridge.components.pytorch_model_importer.source import ModelSource
     from tfx_bridge.pipelines import demo_models
 
     sys.path.insert(0, os.path.abspath(ZOO_DIR))
@@ -187,8 +187,8 @@ def _models(only):
         def source(folder, n=name, c=cls, k=kwargs):
             path = os.path.join(folder, f"{n}.pt")
             torch.save(demo_models.build(n).state_dict(), path)
-            return convert.ModelSource("state_dict", path,
-                                       f"tfx_bridge.pipelines.demo_models:{c.__name__}", k)
+            return ModelSource("state_dict", path,
+                               f"tfx_bridge.pipelines.demo_models:{c.__name__}", k)
         out[f"ref_{name}"] = (inputs, outputs, source)
     return {k: v for k, v in out.items() if not only or k in only}
 
@@ -196,12 +196,12 @@ def _models(only):
 def prepare_model(name, args, tmp) -> dict:
     """Imports ``name`` with both converters into ``tmp`` and runs TrtOptimizer's core on
     ours; the row so far, with the three serving folders under ``"dirs"``."""
-    from tfx_bridge.components.pytorch_model_importer import convert, signature
+    from tfx_bridge.components.pytorch_model_importer import convert
+    from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
     from tfx_bridge.components.trt_optimizer import optimize
     from tfx_bridge.errors import short_message
 
     inputs, outputs, source = _models([name])[name]
-    specs = signature.parse_input_specs(inputs)
     row = _reuse(name, inputs, tmp)
     if row is not None:
         log(f"{name}: reusing the imports and TrtOptimizer output in {tmp}")
@@ -213,8 +213,9 @@ def prepare_model(name, args, tmp) -> dict:
         os.makedirs(folder, exist_ok=True)
         start = time.perf_counter()
         try:
-            result = convert.import_model(source(folder), specs, outputs,
-                                          os.path.join(folder, "model"), converter=converter)
+            config = ImporterConfig.of_source(source(folder), inputs, outputs,
+                                              converter=converter)
+            result = convert.import_model(config, os.path.join(folder, "model"))
             row[variant] = {"blessed": result.blessed, "converter": result.report["converter"],
                             "max_abs_error": result.report["max_abs_error"]}
             dirs[variant] = os.path.join(folder, "model")

@@ -49,6 +49,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.source import ModelSource  # noqa: E402
 from tfx_bridge.errors import short_message  # noqa: E402
 from tfx_bridge.pipelines import demo_models  # noqa: E402
 
@@ -81,8 +83,8 @@ def _models():
         def source(folder, n=name, c=cls, k=kwargs):
             path = os.path.join(folder, f"{n}.pt")
             torch.save(demo_models.build(n).state_dict(), path)
-            return convert.ModelSource("state_dict", path,
-                                       f"tfx_bridge.pipelines.demo_models:{c.__name__}", k)
+            return ModelSource("state_dict", path,
+                               f"tfx_bridge.pipelines.demo_models:{c.__name__}", k)
         out[f"ref_{name}"] = (f"reference ({cls.__name__})",
                               lambda n=name: demo_models.build(n), inputs, outputs, source)
     return out
@@ -177,11 +179,10 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            specs = signature.parse_input_specs(inputs)
             start = time.perf_counter()
             try:
-                result = convert.import_model(source(tmp), specs, outputs,
-                                              os.path.join(tmp, "model"))
+                config = ImporterConfig.of_source(source(tmp), inputs, outputs)
+                result = convert.import_model(config, os.path.join(tmp, "model"))
                 report = result.report
                 verdict = "yes" if result.blessed else "NO"
             except Exception as e:

@@ -28,6 +28,7 @@ import tensorflow as tf  # noqa: E402
 import torch  # noqa: E402
 
 from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig  # noqa: E402
 from tfx_bridge.components.trt_optimizer import detect, optimize  # noqa: E402
 from tfx_bridge.pipelines import demo_models  # noqa: E402
 
@@ -65,9 +66,10 @@ def main() -> None:
             torch.save(demo_models.build(name).state_dict(), weights)
             specs = signature.parse_input_specs(inputs)
             model_dir = os.path.join(tmp, name)
-            convert.import_model(convert.ModelSource(
-                "state_dict", weights, f"tfx_bridge.pipelines.demo_models:{cls.__name__}",
-                kwargs), specs, outputs, model_dir)
+            convert.import_model(ImporterConfig(
+                source_kind="state_dict", source_path=weights,
+                module_class=f"tfx_bridge.pipelines.demo_models:{cls.__name__}",
+                module_kwargs=kwargs, inputs=inputs, output_names=outputs), model_dir)
             out = os.path.join(tmp, name + "_opt")
             orig_dir = os.path.join(model_dir, "Format-Serving")
             orig = optimize.load_servable(orig_dir)
@@ -82,7 +84,7 @@ def main() -> None:
                 entry = {"backend": result.backend, "candidate": result.report["candidate"],
                          "blessed": result.blessed, "serving_flags": result.serving_flags}
                 for b in (1, 32):
-                    feeds = convert.make_inputs(specs, b)
+                    feeds = signature.make_inputs(specs, b)
                     timed = optimize.measure_interleaved(
                         {"before": (orig.call, orig.prepare(feeds)),
                          "after": (kept.call, kept.prepare(feeds))}, args.iterations)

@@ -60,27 +60,21 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
     problems = config.source_problems(has_source_model=bool(args.source_model))
     if problems:
         raise ImporterConfigError("import-model: " + "; ".join(problems) + ".")
-    # The component's source_model route when --source-model: the spec inside decides.
-    source, inputs, outputs = config.resolve(args.source_model or "")
     schema = None
     if args.schema:
         from tfx_bridge.artifacts import schema_file
         schema = schema_file.load_schema(args.schema)
     progress = Progress(2, enabled=not args.quiet)
-    if not args.quiet:
-        _stage_line(f"loading {source.kind} {source.path} and exporting it (torch and ONNX "
-                    "load first: some seconds)")
     with staging.staged_output(args.output, IMPORT_WRITES, "import-model") as stage:
-        result = convert.import_model(source, inputs, outputs, stage, opset=config.opset,
-                                      atol=config.atol, rtol=config.rtol,
+        # The component's source_model route when --source-model: the spec inside decides.
+        result = convert.import_model(config, stage, source_model=args.source_model or "",
                                       examples_dir=args.examples, schema=schema,
-                                      graph_rewrites=config.graph_rewrites,
-                                      converter=config.converter,
                                       progress=None if args.quiet else _stage_line)
+    source, outputs = result.source, result.output_names
     serving_dir = staging.final_path(result.serving_dir, stage, args.output)
     progress(f"Exported, converted ({result.report['converter']}) and checked {source.kind} "
              f"{source.path} in {sum(result.report['seconds'].values()):.1f}s")
-    print(convert.check_table(result.report["checks"]))
+    print(import_report.check_table(result.report["checks"]))
     verdict = "equivalent: blessed" if result.blessed else "NOT equivalent: not blessed"
     print(f"{verdict}. SavedModel: {serving_dir}")
     cause = import_report.likely_cause(result.report)

@@ -156,7 +156,8 @@ class ReferenceHandover:
     def __call__(self, name: str, folder: str):
         import torch
 
-        from tfx_bridge.components.pytorch_model_importer import convert, signature
+        from tfx_bridge.components.pytorch_model_importer import signature
+        from tfx_bridge.components.pytorch_model_importer.source import ModelSource
         from tfx_bridge.pipelines import demo_models
 
         cls, kwargs, inputs, _ = demo_models.REFERENCE_MODELS[name]
@@ -167,16 +168,16 @@ class ReferenceHandover:
         if kind == "state_dict":
             path = os.path.join(folder, f"{name}.pt")
             torch.save(model.state_dict(), path)
-            return convert.ModelSource(
+            return ModelSource(
                 kind, path, f"tfx_bridge.pipelines.demo_models:{cls.__name__}", kwargs)
         if kind == "torchscript":
             path = os.path.join(folder, f"{name}.torchscript")
             torch.jit.trace(model, sample).save(path)
-            return convert.ModelSource(kind, path)
+            return ModelSource(kind, path)
         path = os.path.join(folder, f"{name}.onnx")
         torch.onnx.export(model, sample, path, input_names=[s.name for s in specs],
                           dynamic_axes={s.name: {0: "b"} for s in specs}, opset_version=17)
-        return convert.ModelSource(kind, path)
+        return ModelSource(kind, path)
 
 
 class _ReferenceImports:
@@ -189,14 +190,14 @@ class _ReferenceImports:
 
     def __getitem__(self, name: str):
         if name not in self._done:
-            from tfx_bridge.components.pytorch_model_importer import convert, signature
+            from tfx_bridge.components.pytorch_model_importer import convert
+            from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
             from tfx_bridge.pipelines import demo_models
 
             _, _, inputs, outputs = demo_models.REFERENCE_MODELS[name]
             folder = str(self._factory.mktemp(f"ref_{name}"))
-            self._done[name] = convert.import_model(
-                ReferenceHandover()(name, folder), signature.parse_input_specs(inputs),
-                outputs, os.path.join(folder, "model"))
+            config = ImporterConfig.of_source(ReferenceHandover()(name, folder), inputs, outputs)
+            self._done[name] = convert.import_model(config, os.path.join(folder, "model"))
         return self._done[name]
 
 

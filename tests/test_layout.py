@@ -61,10 +61,10 @@ def test_importer_without_torch_names_the_extra():
     import sys
     code = ("import sys\n"
             "sys.modules['torch'] = None  # as if not installed\n"
-            "from tfx_bridge.components.pytorch_model_importer import convert\n"
+            "from tfx_bridge.components.pytorch_model_importer import source\n"
             "from tfx_bridge.components.pytorch_model_importer.errors import ImporterError\n"
             "try:\n"
-            "    convert.lazy_torch()\n"
+            "    source.lazy_torch()\n"
             "except ImporterError as e:\n"
             "    assert \"pip install 'tfx-bridge[onnx]'\" in str(e), e\n"
             "else:\n"

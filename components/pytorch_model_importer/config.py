@@ -15,11 +15,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from tfx_bridge.components.pytorch_model_importer import signature, source
 from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
-from tfx_bridge.components.pytorch_model_importer.export import (
+from tfx_bridge.components.pytorch_model_importer.export.stage import (
     DEFAULT_OPSET,
     MAX_OPSET,
     MIN_OPSET,
@@ -109,3 +109,12 @@ class ImporterConfig(Config):
             folder, self.inputs, self.output_names, self.module_class, self.source_kind,
             self.source_path or "", self.module_kwargs or {})
         return found, signature.parse_input_specs(inputs), signature.check_output_names(outputs)
+
+    @classmethod
+    def of_source(cls, found: ModelSource, inputs: Sequence[str], output_names: Sequence[str],
+                  **settings) -> ImporterConfig:
+        """The config importing ``found`` (a model file, not a folder), for Python callers
+        holding a ModelSource; ``settings`` are the other fields (``opset=18``)."""
+        return cls(source_kind=found.kind, source_path=found.path,
+                   module_class=found.module_class, module_kwargs=found.module_kwargs,
+                   inputs=tuple(inputs), output_names=tuple(output_names), **settings)

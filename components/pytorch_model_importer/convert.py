@@ -8,8 +8,9 @@ stages, one module each:
 1. source.py: load the source: a TorchScript file, a state_dict +
    ``pkg.mod:Class`` (``torch.load(weights_only=True)``: no arbitrary
    unpickling), or ONNX (external data must stay inside the model's folder).
-2. export.py: ``torch.onnx.export`` (TorchScript exporter, opset 17 by
-   default), a dynamic axis for every -1, fused PyTorch kernels decomposed,
+2. export/: ``torch.onnx.export`` (TorchScript exporter, opset 17 by
+   default), a dynamic axis for every -1, with the export's rewrites (fused
+   PyTorch kernels decomposed, modules swapped, torch symbolics replaced),
    then ``onnx.checker`` and shape inference; an ONNX hand-over is renamed to
    the declared signature.
 3. to_tf/: the converters (to_tf/converters.py chooses): our own, op by op
@@ -36,60 +37,41 @@ from typing import Any, Callable, List, Optional, Sequence
 from tfx_bridge.artifacts import examples, layout, savedmodel
 from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 from tfx_bridge.components.pytorch_model_importer import rewrite, transform_wrap
-from tfx_bridge.components.pytorch_model_importer.digest import source_digest
-from tfx_bridge.components.pytorch_model_importer.export import (  # noqa: F401  (the API)
-    DEFAULT_OPSET,
+from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
+from tfx_bridge.components.pytorch_model_importer.digest import digest_settings, source_digest
+from tfx_bridge.components.pytorch_model_importer.export.stage import (
     EXPORT_BATCH,
-    MIN_OPSET,
     UNUSED_INPUT,
     export_onnx,
     export_prefix,
     rename_onnx_io,
 )
-from tfx_bridge.components.pytorch_model_importer.report import (  # noqa: F401
-    check_table,
-    report_markdown,
-)
+from tfx_bridge.components.pytorch_model_importer.report import report_markdown
 from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
-from tfx_bridge.components.pytorch_model_importer.signature import (  # noqa: F401
-    TensorSpec,
-    make_inputs,
-)
-from tfx_bridge.components.pytorch_model_importer.source import (  # noqa: F401
+from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
+from tfx_bridge.components.pytorch_model_importer.source import (
     SOURCE_ONNX,
-    SOURCE_STATE_DICT,
-    SOURCE_TORCHSCRIPT,
-    SOURCES,
     ModelSource,
     carry_pytorch,
-    check_external_data,
     lazy_torch,
     load_torch_module,
 )
 from tfx_bridge.components.pytorch_model_importer.to_tf import converters
-from tfx_bridge.components.pytorch_model_importer.verify import (  # noqa: F401
-    DEFAULT_ATOL,
+from tfx_bridge.components.pytorch_model_importer.verify import (
     DEFAULT_BATCH_SIZES,
     ExportFinding,
     OutputCheck,
-    examples_from_feeds,
     max_float_error,
     run_ort,
     run_torch,
     verify,
 )
-from tfx_bridge.components.pytorch_model_importer.wrap import (  # noqa: F401
-    EXAMPLE_INPUT,
-    check_inputs_against_schema,
-    wrap_saved_model,
-)
+from tfx_bridge.components.pytorch_model_importer.wrap import EXAMPLE_INPUT, wrap_saved_model
 from tfx_bridge.storage import fs
 
 SERVING_DIR = savedmodel.SERVING_DIR
 REPORT_JSON = layout.REPORT_JSON
 REPORT_MD = layout.REPORT_MD
-CONVERTERS = converters.CHOICES
-DEFAULT_CONVERTER = converters.AUTO
 ROW_WISE_SERVING = "row-wise-serving"  # the report's rewrite kind
 
 
@@ -98,6 +80,8 @@ class ImportResult:
     blessed: bool
     report: dict
     serving_dir: str
+    source: ModelSource  # as resolved: a model folder's spec names the weights file
+    output_names: List[str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,49 +109,54 @@ class _Job:
             self.progress(line)
 
 
-def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
-                 output_names: Sequence[str], output_dir: str, opset: int = DEFAULT_OPSET,
-                 atol: float = DEFAULT_ATOL, rtol: float = 0.0,
-                 batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+def import_model(config: ImporterConfig, output_dir: str, source_model: str = "",
                  examples_dir: Optional[str] = None, schema=None,
-                 tamper_onnx=None, graph_rewrites: bool = True,
                  transform_dir: Optional[str] = None,
                  transformed_examples_dir: Optional[str] = None,
-                 converter: str = DEFAULT_CONVERTER,
+                 batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+                 tamper_onnx: Optional[Callable[[str], None]] = None,
                  progress: Optional[Callable[[str], None]] = None) -> ImportResult:
-    """Imports ``source`` into ``output_dir`` (the Model artifact layout); either may be a URI.
+    """Imports what ``config`` names into ``output_dir`` (the Model artifact layout).
 
-    ``converter``: ``auto`` (ours, onnx2tf for a graph ours refuses),
-    ``tfx-bridge`` or ``onnx2tf`` (to_tf/converters.py). With
-    ``transform_dir`` (a TFX TransformGraph), the SavedModel serves raw
-    features through the Transform graph (see :mod:`.transform_wrap`): the
-    model's inputs are transformed features; ``examples_dir`` then holds the
-    raw Examples and ``transformed_examples_dir`` Transform's materialised
-    ones, for the skew check across the chain. A state_dict source is carried
-    as ``Format-PyTorch/`` and the report holds the source digest, so the
-    component and the CLI write the same artifact. ``progress(line)`` is told as each
-    stage ends (export, conversion, verification), for a CLI's progress lines.
+    The source, inputs and outputs are ``config.resolve(source_model)``'s: a model
+    folder's ``Format-PyTorch/`` spec when ``source_model`` holds one, else the
+    declared ones. ``config.converter``: ``auto`` (ours, onnx2tf for a graph ours
+    refuses), ``tfx-bridge`` or ``onnx2tf`` (to_tf/converters.py);
+    ``config.graph_rewrites=False`` gives onnx2tf the exported ONNX as it is. With
+    ``transform_dir`` (a TFX TransformGraph), the SavedModel serves raw features
+    through the Transform graph (see :mod:`.transform_wrap`): the model's inputs
+    are transformed features; ``examples_dir`` then holds the raw Examples and
+    ``transformed_examples_dir`` Transform's materialised ones, for the skew check
+    across the chain. A state_dict source is carried as ``Format-PyTorch/`` and the
+    report holds the source digest, so the component and the CLI write the same
+    artifact. ``progress(line)`` is told as each stage ends (export, conversion,
+    verification), for a CLI's progress lines. ``tamper_onnx`` (tests only) edits
+    the ONNX given to the converter, to prove the equivalence gate catches a broken
+    conversion.
 
-    torch, onnx and the converters read and write local files only: a remote
-    source is copied to a local folder first (an ONNX file with the folder
-    beside it, for its external data), the output is written locally and
-    uploaded when every step has finished, and both copies are removed.
+    Every path may be a URI. torch, onnx and the converters read and write local
+    files only: a remote source is copied to a local folder first (an ONNX file
+    with the folder beside it, for its external data), the output is written
+    locally and uploaded when every step has finished, and both copies are removed.
     """
-    converters.check_choice(converter)
+    source, inputs, output_names = config.resolve(source_model)
+    if progress is not None:
+        progress(f"loading {source.kind} {source.path} and exporting it (torch and ONNX "
+                 "load first: some seconds)")
     remote_onnx = source.kind == SOURCE_ONNX and fs.is_remote(source.path)
     source_root = fs.dirname(source.path) if remote_onnx else source.path
     with fs.staged_locally(source_root, transform_dir, output=output_dir) as (
             local_root, transform, local_out):
         local_path = (os.path.join(local_root, fs.basename(source.path)) if remote_onnx
                       else local_root)
-        digest = source_digest(dataclasses.replace(source, path=local_path),
-                               [s.to_text() for s in inputs], output_names,
-                               {"opset": opset, "atol": atol, "rtol": rtol,
-                                "converter": converter}, transform)
-        job = _Job(dataclasses.replace(source, path=local_path), inputs, output_names, opset,
-                   atol, rtol, batch_sizes, examples_dir, schema, tamper_onnx, graph_rewrites,
-                   transform, transformed_examples_dir, converter, progress)
-        result = _import_local(job, local_out, shown_source=source.path,
+        local_source = dataclasses.replace(source, path=local_path)
+        digest = source_digest(local_source, [s.to_text() for s in inputs], output_names,
+                               digest_settings(config), transform)
+        job = _Job(local_source, inputs, output_names, config.opset, config.atol,
+                   config.rtol, batch_sizes, examples_dir, schema, tamper_onnx,
+                   config.graph_rewrites, transform, transformed_examples_dir,
+                   config.converter, progress)
+        result = _import_local(job, local_out, shown_source=source,
                                shown_transform=transform_dir, digest=digest)
     carry_pytorch(source, [s.to_text() for s in inputs], output_names, output_dir)
     if fs.is_remote(output_dir):
@@ -175,15 +164,14 @@ def import_model(source: ModelSource, inputs: Sequence[TensorSpec],
     return result
 
 
-def _import_local(job: _Job, output_dir: str, shown_source: str,
+def _import_local(job: _Job, output_dir: str, shown_source: ModelSource,
                   shown_transform: Optional[str] = None,
                   digest: Optional[str] = None) -> ImportResult:
     """Runs every step into ``output_dir`` (the Model artifact layout).
 
     ``job.graph_rewrites=False`` gives onnx2tf the exported ONNX as it is (no
-    rewrite.py changes; PyTorch-level swaps still apply), to measure what the
-    rewrites buy. ``job.tamper_onnx`` (tests only) edits the ONNX given to the converter,
-    to prove the equivalence gate catches a broken conversion.
+    rewrite.py rewrites; the export's rewrites still apply), to measure what the
+    ONNX-level rewrites buy.
     """
     source, inputs, output_names = job.source, job.inputs, job.output_names
     opset, atol, rtol, transform_dir = job.opset, job.atol, job.rtol, job.transform_dir
@@ -227,8 +215,8 @@ def _import_local(job: _Job, output_dir: str, shown_source: str,
     report = {
         "blessed": blessed,
         "source": {"kind": source.kind,
-                   "path": shown_source if fs.is_remote(shown_source)
-                   else os.path.abspath(shown_source),
+                   "path": shown_source.path if fs.is_remote(shown_source.path)
+                   else os.path.abspath(shown_source.path),
                    "module_class": source.module_class},
         "opset": opset if source.kind != SOURCE_ONNX else None,
         # serving_default's inputs (raw features when a Transform graph is served).
@@ -272,7 +260,7 @@ def _import_local(job: _Job, output_dir: str, shown_source: str,
         json.dump(report, f, indent=2, sort_keys=True)
     with open(os.path.join(output_dir, REPORT_MD), "w", encoding="utf-8") as f:
         f.write(report_markdown(report))
-    return ImportResult(blessed, report, serving_dir)
+    return ImportResult(blessed, report, serving_dir, shown_source, list(output_names))
 
 
 

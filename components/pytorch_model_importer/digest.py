@@ -19,6 +19,23 @@ from tfx_bridge.components.pytorch_model_importer.source import (
 )
 from tfx_bridge.storage import fs
 
+# ImporterConfig's fields, each in one group (a test holds every field to one):
+# settings that change the served graph or its verdict, hashed as set;
+DIGEST_SETTINGS = ("opset", "atol", "rtol", "converter", "graph_rewrites")
+# what the model is and its signature, hashed as resolved (the content of the
+# model file, the module, the input and output specs), whichever folder or spec
+# they came from;
+RESOLVED_FIELDS = ("source_kind", "source_path", "module_class", "module_kwargs", "inputs",
+                   "output_names")
+# and what decides only how a run ends (the executor raises on a model not
+# blessed): the same model either way.
+NOT_HASHED = ("fail_on_not_equivalent",)
+
+
+def digest_settings(config) -> dict:
+    """The ``settings`` of :func:`source_digest` for an ImporterConfig."""
+    return {name: getattr(config, name) for name in DIGEST_SETTINGS}
+
 
 def source_digest(source: ModelSource, inputs: Sequence[str], outputs: Sequence[str],
                   settings: dict, transform_dir: Optional[str]) -> str:

@@ -43,21 +43,16 @@ class Executor(base_executor.BaseExecutor):
            exec_properties: Dict[str, Any]) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
         config = ImporterConfig.from_json(exec_properties[CONFIG_KEY])
-        folder = _uri(input_dict, SOURCE_MODEL_KEY) or ""
-        model_source, inputs, outputs = config.resolve(folder)
         schema = None
         if input_dict.get(SCHEMA_KEY):
             schema = schema_file.load_schema(artifact_utils.get_single_uri(input_dict[SCHEMA_KEY]))
-        examples_dir = (artifact_utils.get_single_uri(input_dict[EXAMPLES_KEY])
-                        if input_dict.get(EXAMPLES_KEY) else None)
         model = artifact_utils.get_single_instance(output_dict[MODEL_KEY])
         result = convert.import_model(
-            model_source, inputs, outputs, model.uri, opset=config.opset, atol=config.atol,
-            rtol=config.rtol, examples_dir=examples_dir, schema=schema,
-            graph_rewrites=config.graph_rewrites,
+            config, model.uri, source_model=_uri(input_dict, SOURCE_MODEL_KEY) or "",
+            examples_dir=_uri(input_dict, EXAMPLES_KEY), schema=schema,
             transform_dir=_uri(input_dict, TRANSFORM_GRAPH_KEY),
-            transformed_examples_dir=_uri(input_dict, TRANSFORMED_EXAMPLES_KEY),
-            converter=config.converter)
+            transformed_examples_dir=_uri(input_dict, TRANSFORMED_EXAMPLES_KEY))
+        model_source = result.source
         # Written by the core (the CLI writes the same): Format-PyTorch/ and the digest.
         model.set_string_custom_property(properties.SOURCE_DIGEST,
                                          result.report["source_digest"])
@@ -78,5 +73,5 @@ class Executor(base_executor.BaseExecutor):
             raise NotEquivalent(
                 f"The converted SavedModel is not equivalent to {model_source.path} (report: "
                 f"{fs.join(model.uri, convert.REPORT_MD)}):\n"
-                + convert.check_table([c for c in result.report["checks"] if not c["ok"]])
+                + report.check_table([c for c in result.report["checks"] if not c["ok"]])
                 + (f"\nLikely cause: {cause}" if cause else ""))

@@ -90,11 +90,14 @@ def test_cli_import_model_and_component_write_the_same_folder(tmp_path, capfd):
     torch.save(demo_models.build("mlp").state_dict(), str(research / "weights.pt"))
     args = {"module_class": "tfx_bridge.pipelines.demo_models:MLP",
             "inputs": ["x:float32:-1,8"], "output_names": ["logits"]}
+    # Settings other than the defaults: one the CLI dropped would change the digest.
+    settings = {"opset": 18, "atol": 2e-4, "graph_rewrites": False}
     source = tfx.dsl.Importer(source_uri=str(research),
                               artifact_type=tfx.types.standard_artifacts.Model
                               ).with_id("research_output")
     importer = PyTorchModelImporter(source_kind="state_dict", source_path="weights.pt",
-                                    source_model=source.outputs["result"], **args)
+                                    source_model=source.outputs["result"], **args,
+                                    **settings)
     metadata = str(tmp_path / "m.sqlite")
     runner.run_local(tfx.dsl.Pipeline(
         pipeline_name="route", pipeline_root=str(tmp_path / "root"),
@@ -106,7 +109,8 @@ def test_cli_import_model_and_component_write_the_same_folder(tmp_path, capfd):
     cli_dir = str(tmp_path / "cli")
     code, _, err = _main(capfd, "import-model", "--state-dict", str(research / "weights.pt"),
                          "--module-class", args["module_class"], "--input", args["inputs"][0],
-                         "--output-name", "logits", "--output", cli_dir, "--quiet")
+                         "--output-name", "logits", "--opset", "18", "--atol", "2e-4",
+                         "--no-graph-rewrites", "--output", cli_dir, "--quiet")
     assert code == cli.EXIT_OK, err
 
     by_component, by_cli = _tree(component_dir), _tree(cli_dir)
@@ -114,6 +118,7 @@ def test_cli_import_model_and_component_write_the_same_folder(tmp_path, capfd):
     assert any(p.startswith("Format-PyTorch") for p in by_cli)
     report_a, report_b = (json.loads(t["report.json"]) for t in (by_component, by_cli))
     assert _facts(report_a) == _facts(report_b)
+    assert report_b["opset"] == 18 and report_b["tolerance"]["atol"] == 2e-4
     for path in sorted(by_cli):
         if path in ("report.json", "report.md"):
             continue

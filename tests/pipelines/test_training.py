@@ -30,9 +30,11 @@ from tfx_bridge.artifacts import properties  # noqa: E402
 from tfx_bridge.artifacts.examples import read_records  # noqa: E402
 from tfx_bridge.artifacts.tensorspec import parse_input_specs  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer import convert  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.errors import (  # noqa: E402
     ImporterConfigError,
 )
+from tfx_bridge.components.pytorch_model_importer.report import check_table  # noqa: E402
 from tfx_bridge.components.pytorch_trainer import PyTorchTrainer  # noqa: E402
 from tfx_bridge.components.pytorch_trainer import executor as trainer_executor  # noqa: E402
 from tfx_bridge.components.pytorch_trainer.errors import RunFnError  # noqa: E402
@@ -268,18 +270,20 @@ def handed_over(trained, tmp_path_factory):
     demo_trainer.run_fn(_fn_args(trained, research, steps=40))
     spec = torch_model.read_spec(research)
     out = str(tmp_path_factory.mktemp("imported"))
+    config = ImporterConfig(
+        source_kind="state_dict", source_path=os.path.join(research, torch_model.WEIGHTS_FILE),
+        module_class=spec.module_class, module_kwargs=spec.module_kwargs, inputs=spec.inputs,
+        output_names=spec.outputs)
     result = convert.import_model(
-        convert.ModelSource("state_dict", os.path.join(research, torch_model.WEIGHTS_FILE),
-                            spec.module_class, spec.module_kwargs),
-        parse_input_specs(spec.inputs), spec.outputs, out, examples_dir=trained["raw"],
-        transform_dir=trained["graph"], transformed_examples_dir=trained["transformed"])
+        config, out, examples_dir=trained["raw"], transform_dir=trained["graph"],
+        transformed_examples_dir=trained["transformed"])
     return {"result": result, "research": research, "spec": spec, "out": out}
 
 
 def test_handover_with_transform_graph_serves_raw_features_and_passes_skew_check(
         handed_over):
     report = handed_over["result"].report
-    assert handed_over["result"].blessed, convert.check_table(
+    assert handed_over["result"].blessed, check_table(
         [c for c in report["checks"] if not c["ok"]])
     skew = report["transform"]["skew_check"]
     assert skew["paired"] == 32 and skew["without_counterpart"] == 0
@@ -329,11 +333,12 @@ def test_transform_renamed_feature_refused_naming_both_sides(trained, handed_ove
                        match=r"model input 'price_norm' is not a transformed feature.*"
                              r"Transform writes \[.*'price_z'.*\]"):
         convert.import_model(
-            convert.ModelSource("state_dict", os.path.join(handed_over["research"],
-                                                           torch_model.WEIGHTS_FILE),
-                                spec.module_class, spec.module_kwargs),
-            parse_input_specs(renamed), spec.outputs, str(tmp_path / "out"),
-            transform_dir=trained["graph"])
+            ImporterConfig(source_kind="state_dict",
+                           source_path=os.path.join(handed_over["research"],
+                                                    torch_model.WEIGHTS_FILE),
+                           module_class=spec.module_class, module_kwargs=spec.module_kwargs,
+                           inputs=renamed, output_names=spec.outputs),
+            str(tmp_path / "out"), transform_dir=trained["graph"])
     assert not os.path.exists(tmp_path / "out" / convert.SERVING_DIR)
 
 
@@ -346,14 +351,15 @@ def test_handover_stock_torch_linear_on_vector_feature_serves_only_its_raw_input
     linear = torch.nn.Linear(2, 1)
     weights = str(tmp_path / "linear.pt")
     torch.save(linear.state_dict(), weights)
+    config = ImporterConfig(source_kind="state_dict", source_path=weights,
+                            module_class="torch.nn:Linear",
+                            module_kwargs={"in_features": 2, "out_features": 1},
+                            inputs=[f"{VECTOR_FEATURE}:float32:-1,2"], output_names=["y"])
     result = convert.import_model(
-        convert.ModelSource("state_dict", weights, "torch.nn:Linear",
-                            {"in_features": 2, "out_features": 1}),
-        parse_input_specs([f"{VECTOR_FEATURE}:float32:-1,2"]), ["y"], str(tmp_path / "out"),
-        examples_dir=trained["raw"], transform_dir=trained["graph"],
-        transformed_examples_dir=trained["transformed"])
+        config, str(tmp_path / "out"), examples_dir=trained["raw"],
+        transform_dir=trained["graph"], transformed_examples_dir=trained["transformed"])
     report = result.report
-    assert result.blessed, convert.check_table([c for c in report["checks"] if not c["ok"]])
+    assert result.blessed, check_table([c for c in report["checks"] if not c["ok"]])
     assert report["transform"]["skew_check"]["paired"] == 32
     assert sorted(r.split(":")[0] for r in report["transform"]["raw_inputs"]) == [
         "price", "user_ctr"]

@@ -14,10 +14,18 @@ import tensorflow as tf  # noqa: E402
 
 from tfx_bridge.artifacts.tensorspec import TensorSpecError  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.errors import (  # noqa: E402
     ImporterConfigError,
     ModelSourceError,
 )
+from tfx_bridge.components.pytorch_model_importer.report import check_table  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.source import (  # noqa: E402
+    ModelSource,
+    check_external_data,
+    load_torch_module,
+)
+from tfx_bridge.components.pytorch_model_importer.verify import verify  # noqa: E402
 from tfx_bridge.pipelines import demo_models  # noqa: E402
 
 
@@ -32,7 +40,7 @@ def imported(reference_imports):
 def test_import_reference_model_equivalent_at_three_batch_sizes(imported, reference_handover,
                                                                 name):
     result = imported[name]
-    assert result.blessed, convert.check_table(result.report["checks"])
+    assert result.blessed, check_table(result.report["checks"])
     checks = result.report["checks"]
     assert {c["batch"] for c in checks} == {1, 7, 32}
     _, _, _, outputs = demo_models.REFERENCE_MODELS[name]
@@ -100,9 +108,8 @@ def test_import_tampered_onnx_weight_not_blessed(tmp_path, reference_handover):
         onnx.save(model, path)
 
     _, _, inputs, outputs = demo_models.REFERENCE_MODELS["mlp"]
-    result = convert.import_model(reference_handover("mlp", str(tmp_path)),
-                                  signature.parse_input_specs(inputs), outputs,
-                                  str(tmp_path / "model"), tamper_onnx=tamper)
+    config = ImporterConfig.of_source(reference_handover("mlp", str(tmp_path)), inputs, outputs)
+    result = convert.import_model(config, str(tmp_path / "model"), tamper_onnx=tamper)
     assert not result.blessed
     torch_checks = [c for c in result.report["checks"] if c["reference"] == "torch"]
     # A ReLU can mask one weight for some inputs; the gate needs just one miss.
@@ -115,19 +122,19 @@ def test_import_tampered_onnx_weight_not_blessed(tmp_path, reference_handover):
 def test_state_dict_pickled_code_refused(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"w": torch.zeros(2), "obj": demo_models.MLP()}, str(path))
-    source = convert.ModelSource("state_dict", str(path),
-                                 "tfx_bridge.pipelines.demo_models:MLP", {})
+    source = ModelSource("state_dict", str(path),
+                         "tfx_bridge.pipelines.demo_models:MLP", {})
     with pytest.raises(ModelSourceError, match=r"not a plain state_dict.*weights_only=True"):
-        convert.load_torch_module(source)
+        load_torch_module(source)
 
 
 def test_state_dict_wrong_keys_refused(tmp_path):
     path = tmp_path / "w.pt"
     torch.save(demo_models.build("mlp").state_dict(), str(path))
-    source = convert.ModelSource("state_dict", str(path),
-                                 "tfx_bridge.pipelines.demo_models:TopKMoE", {})
+    source = ModelSource("state_dict", str(path),
+                         "tfx_bridge.pipelines.demo_models:TopKMoE", {})
     with pytest.raises(ModelSourceError, match=r"does not fit .*TopKMoE: missing keys"):
-        convert.load_torch_module(source)
+        load_torch_module(source)
 
 
 def test_onnx_external_data_outside_folder_refused(tmp_path):
@@ -144,7 +151,7 @@ def test_onnx_external_data_outside_folder_refused(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph), str(path))
     with pytest.raises(ModelSourceError, match=r"external data outside the model's folder"):
-        convert.check_external_data(str(path))
+        check_external_data(str(path))
 
 
 @pytest.mark.parametrize("text,match", [
@@ -161,21 +168,21 @@ def test_input_spec_bad_text_refused(text, match):
 def test_module_class_not_importable_refused(tmp_path):
     path = tmp_path / "w.pt"
     torch.save({}, str(path))
-    source = convert.ModelSource("state_dict", str(path), "no_such_pkg.mod:Net", {})
+    source = ModelSource("state_dict", str(path), "no_such_pkg.mod:Net", {})
     with pytest.raises(ImporterConfigError, match=r"cannot import it"):
-        convert.load_torch_module(source)
+        load_torch_module(source)
 
 
 def test_module_class_not_an_nn_module_refused_before_call(tmp_path):
     path = tmp_path / "w.pt"
     torch.save({}, str(path))
     marker = tmp_path / "ran"
-    source = convert.ModelSource("state_dict", str(path), "os:system",
-                                 {"command": f"touch {marker}"})
+    source = ModelSource("state_dict", str(path), "os:system",
+                         {"command": f"touch {marker}"})
     with pytest.raises(ImporterConfigError,
                        match=r"'os:system' is builtin_function_or_method 'system', not a "
                              r"torch.nn.Module subclass"):
-        convert.load_torch_module(source)
+        load_torch_module(source)
     assert not marker.exists()  # nothing was called
 
 
@@ -207,8 +214,8 @@ def test_onnx_constant_node_external_data_outside_folder_refused(tmp_path, via):
     onnx.save(helper.make_model(graph), path)
     with pytest.raises(ModelSourceError,
                        match=rf"external data outside the model's folder \('c' -> '{location}'"):
-        convert.import_model(convert.ModelSource("onnx", path),
-                             signature.parse_input_specs(["x:float32:-1,1"]), ["y"],
+        convert.import_model(ImporterConfig.of_source(ModelSource("onnx", path),
+                                                      ["x:float32:-1,1"], ["y"]),
                              str(tmp_path / "out"))
     assert not (tmp_path / "out" / convert.SERVING_DIR).exists()
 
@@ -222,12 +229,12 @@ def test_verify_onnxruntime_unavailable_torch_decides(imported, tmp_path):
     outputs = demo_models.REFERENCE_MODELS["mlp"][3]
     missing = str(tmp_path / "no-such.onnx")
     module = demo_models.build("mlp").eval()  # the weights the import was made from
-    checks = convert.verify(serving_dir, missing, specs, outputs, module, batch_sizes=(1,))
+    checks = verify(serving_dir, missing, specs, outputs, module, batch_sizes=(1,))
     ort_checks = [c for c in checks if c.reference == "onnxruntime"]
     assert ort_checks and all(c.ok and c.error.startswith("reference unavailable")
                               for c in ort_checks)
     assert all(c.ok for c in checks if c.reference == "torch")
-    alone = convert.verify(serving_dir, missing, specs, outputs, None, batch_sizes=(1,))
+    alone = verify(serving_dir, missing, specs, outputs, None, batch_sizes=(1,))
     assert not any(c.ok for c in alone if c.reference == "onnxruntime")
 
 
@@ -255,20 +262,20 @@ def test_verify_nchw_only_graph_fails_in_serving_process(tmp_path):
         assert isinstance(served["1"], str) and "NHWC" in served["1"], served["1"]
 
 
-@pytest.mark.parametrize("mix_rows", [False])  # True: test_export_trace's FrozenBatchMixingRows
+@pytest.mark.parametrize("mix_rows", [False])  # True: export/test_stage.py's FrozenBatchMixingRows
 def test_import_batch_frozen_model_served_row_wise_only_when_rows_verify(tmp_path, mix_rows,
                                                                          zoo_imports):
     """A graph right at the export batch only is re-exported for one row and served
-    row by row (rows that read each other fail that check: test_export_trace)."""
+    row by row (rows that read each other fail that check: export/test_stage.py)."""
     from zoo import BatchLoop  # importable: the zoo_imports fixture put zoo on sys.path
 
     torch.manual_seed(0)
     path = tmp_path / "loop.pt"
     torch.save(BatchLoop(mix_rows).state_dict(), path)
-    source = convert.ModelSource("state_dict", str(path), "zoo:BatchLoop",
-                                 {"mix_rows": mix_rows})
-    result = convert.import_model(source, signature.parse_input_specs(["x:float32:-1,4"]),
-                                  ["y"], str(tmp_path / "model"))
+    config = ImporterConfig(source_kind="state_dict", source_path=str(path),
+                            module_class="zoo:BatchLoop", module_kwargs={"mix_rows": mix_rows},
+                            inputs=["x:float32:-1,4"], output_names=["y"])
+    result = convert.import_model(config, str(tmp_path / "model"))
     kinds = [r["kind"] for r in result.report["rewrites"]]
     assert result.blessed == (not mix_rows)
     assert (convert.ROW_WISE_SERVING in kinds) == (not mix_rows)

@@ -13,7 +13,8 @@ pytestmark = pytest.mark.s3
 
 def test_import_then_optimize_s3_source_and_outputs(tmp_path, s3_bucket):
     torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
-    from tfx_bridge.components.pytorch_model_importer import convert, signature
+    from tfx_bridge.components.pytorch_model_importer import convert
+    from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
     from tfx_bridge.components.trt_optimizer import detect, optimize
     from tfx_bridge.pipelines import demo_models
 
@@ -22,9 +23,10 @@ def test_import_then_optimize_s3_source_and_outputs(tmp_path, s3_bucket):
     weights = fs.join(s3_bucket, "research", "mlp.pt")
     fs.copy(local, weights)
     imported = fs.join(s3_bucket, "imported")
-    result = convert.import_model(
-        convert.ModelSource("state_dict", weights, "tfx_bridge.pipelines.demo_models:MLP"),
-        signature.parse_input_specs(["x:float32:-1,8"]), ["logits"], imported)
+    config = ImporterConfig(source_kind="state_dict", source_path=weights,
+                            module_class="tfx_bridge.pipelines.demo_models:MLP",
+                            inputs=["x:float32:-1,8"], output_names=["logits"])
+    result = convert.import_model(config, imported)
     assert result.blessed and result.serving_dir == fs.join(imported, "Format-Serving")
     report = json.loads(fs.read_text(fs.join(imported, "report.json")))
     assert report["blessed"] is True and report["source"]["path"] == weights

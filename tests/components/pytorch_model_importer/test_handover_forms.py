@@ -16,7 +16,9 @@ torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 pytest.importorskip("torchvision", reason="needs the [zoo] extra (torchvision)")
 pytest.importorskip("transformers", reason="needs the [zoo] extra (transformers)")
 
-from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer import convert  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.report import check_table  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402
@@ -31,9 +33,9 @@ def test_handover_form_converted_by_own_converter_and_blessed(tmp_path, name, fo
     entry = zoo.ZOO[name]
     source = zoo.hand_over(name, str(tmp_path), form)
     assert source.kind == form
-    result = convert.import_model(source, signature.parse_input_specs(entry.inputs),
-                                  entry.outputs, str(tmp_path / "model"))
-    assert result.blessed, convert.check_table(result.report["checks"])
+    result = convert.import_model(
+        ImporterConfig.of_source(source, entry.inputs, entry.outputs), str(tmp_path / "model"))
+    assert result.blessed, check_table(result.report["checks"])
     assert result.report["converter"] == "tfx-bridge"
     refs = {c["reference"] for c in result.report["checks"]}
     assert "onnxruntime" in refs and ("torch" in refs) == (form != "onnx")

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 
 from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.errors import ConversionError  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.to_tf import onnx2tf  # noqa: E402
 
@@ -19,16 +20,16 @@ import zoo  # noqa: E402
 def test_import_refused_op_variant_names_op_node_variant_module_and_fix(tmp_path):
     path = str(tmp_path / "w.pt")
     torch.save(zoo.PoolIndicesNet().state_dict(), path)
-    source = convert.ModelSource("state_dict", path, "zoo:PoolIndicesNet", {})
-    specs = signature.parse_input_specs(["image:float32:-1,3,-1,-1"])
+    config = ImporterConfig(source_kind="state_dict", source_path=path,
+                            module_class="zoo:PoolIndicesNet", inputs=["image:float32:-1,3,-1,-1"],
+                            output_names=["score"], converter="tfx-bridge")
     with pytest.raises(ConversionError,
                        match=r"nothing was written\. ONNX op MaxPool \(node "
                              r"/model/features/pool/MaxPool, from module 'features\.pool' "
                              r"\(MaxPool2d\)\): MaxPool Indices with dynamic spatial "
                              r"dimensions is not supported \[inputs image: \(None, 3, None, "
                              r"None\)\]\. Declare fixed spatial sizes"):
-        convert.import_model(source, specs, ["score"], str(tmp_path / "model"),
-                             converter="tfx-bridge")
+        convert.import_model(config, str(tmp_path / "model"))
     assert not os.path.exists(tmp_path / "model" / convert.SERVING_DIR)
 
 
@@ -72,8 +73,8 @@ class _MaskOuter(torch.nn.Module):
 
 
 def test_export_unsupported_torch_op_names_reason_line_and_module(tmp_path):
-    from tfx_bridge.components.pytorch_model_importer import export
     from tfx_bridge.components.pytorch_model_importer.errors import ModelSourceError
+    from tfx_bridge.components.pytorch_model_importer.export import stage
 
     specs = signature.parse_input_specs(["mask:int64:-1,4"])
     with pytest.raises(ModelSourceError,
@@ -81,5 +82,5 @@ def test_export_unsupported_torch_op_names_reason_line_and_module(tmp_path):
                              r"not supported.*\(at test_refusals\.py:\d+ in "
                              r"forward\(\), PyTorch module 'block' \(_MaskInner\)\)\. Write "
                              r"that line") as e:
-        export.export_onnx(_MaskOuter().eval(), specs, ["y"], str(tmp_path / "m.onnx"))
+        stage.export_onnx(_MaskOuter().eval(), specs, ["y"], str(tmp_path / "m.onnx"))
     assert "Caused by" not in str(e.value) and "%" not in str(e.value)

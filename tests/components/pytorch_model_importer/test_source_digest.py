@@ -134,3 +134,56 @@ def test_source_digest_transform_graph_of_another_run_same_digest_other_vocab_no
     with open(os.path.join(other, "transform_fn", "assets", "country"), "a") as f:
         f.write("de\n")  # another vocabulary
     assert _digest(source, other) != _digest(source, first)
+
+
+# A value other than the default for every setting the digest takes from the config.
+_CHANGED_SETTINGS = {"opset": 18, "atol": 1e-3, "rtol": 1e-3, "converter": "onnx2tf",
+                     "graph_rewrites": False}
+
+
+def test_digest_settings_every_config_field_in_exactly_one_group():
+    import dataclasses
+
+    from tfx_bridge.components.pytorch_model_importer import digest
+    from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
+
+    groups = digest.DIGEST_SETTINGS + digest.RESOLVED_FIELDS + digest.NOT_HASHED
+    assert len(groups) == len(set(groups))
+    assert sorted(groups) == sorted(f.name for f in dataclasses.fields(ImporterConfig))
+    assert sorted(_CHANGED_SETTINGS) == sorted(digest.DIGEST_SETTINGS)
+
+
+@pytest.mark.parametrize("name", sorted(_CHANGED_SETTINGS))
+def test_source_digest_config_setting_changed_other_digest(tmp_path, name):
+    import dataclasses
+
+    from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
+    from tfx_bridge.components.pytorch_model_importer.digest import digest_settings
+
+    torch.save(torch.nn.Linear(3, 2).state_dict(), tmp_path / "w.pt")
+    source = _state_dict_source(tmp_path / "w.pt")
+    config = ImporterConfig()
+    changed = dataclasses.replace(config, **{name: _CHANGED_SETTINGS[name]})
+    assert getattr(changed, name) != getattr(config, name)
+    digests = [source_digest(source, ["x:float32:-1,3"], ["y"], digest_settings(c), None)
+               for c in (config, changed)]
+    assert digests[0] != digests[1]
+
+
+@pytest.mark.parametrize("field", ["module_class", "module_kwargs", "inputs", "outputs"])
+def test_source_digest_resolved_module_or_signature_changed_other_digest(tmp_path, field):
+    torch.save(torch.nn.Linear(3, 2).state_dict(), tmp_path / "w.pt")
+    source = _state_dict_source(tmp_path / "w.pt")
+    inputs, outputs = ["x:float32:-1,3"], ["y"]
+    if field == "module_class":
+        other = ModelSource(SOURCE_STATE_DICT, source.path, "torch.nn:LazyLinear",
+                            source.module_kwargs)
+    elif field == "module_kwargs":
+        other = ModelSource(SOURCE_STATE_DICT, source.path, source.module_class,
+                            {"in_features": 3, "out_features": 2, "bias": True})
+    else:
+        other = source
+    changed = (["x:float32:-1,3:0..1"] if field == "inputs" else inputs,
+               ["z"] if field == "outputs" else outputs)
+    assert source_digest(source, inputs, outputs, {"opset": 17}, None) != \
+        source_digest(other, *changed, {"opset": 17}, None)

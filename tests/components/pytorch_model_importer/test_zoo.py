@@ -27,8 +27,11 @@ from tfx_bridge.components.pytorch_model_importer import (  # noqa: E402
     convert,
     rewrite,
     signature,
-    swaps,
 )
+from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.export import module_rewrites  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.report import check_table  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.source import ModelSource  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402  (the state_dict handovers name zoo:Class, as users name their package)
@@ -48,7 +51,7 @@ def test_zoo_model_signature_names_kept(zoo_imports, name):
 
 @pytest.mark.slow
 def test_zoo_rewrite_named_in_report(zoo_imports):
-    zoo.assert_rewrite_named(zoo_imports["embedding_bag"], swaps.EMBEDDING_BAG_DENSE)
+    zoo.assert_rewrite_named(zoo_imports["embedding_bag"], module_rewrites.EMBEDDING_BAG_DENSE)
 
 
 @pytest.mark.slow
@@ -77,7 +80,7 @@ def test_dense_embedding_bag_matches_torch_including_all_padding_bags(mode, padd
     ids[0] = 0  # a bag made only of the padding id
     ids[1, :3] = 0
     weights = torch.rand(6, 5) if weighted else None
-    dense = swaps.DenseEmbeddingBag(bag, "bag")
+    dense = module_rewrites.DenseEmbeddingBag(bag, "bag")
     with torch.no_grad():
         want = bag(ids, per_sample_weights=weights)
         got = dense(ids, per_sample_weights=weights)
@@ -90,7 +93,7 @@ def test_export_ragged_embedding_bag_converts_without_loop(tmp_path):
     by our converter, and equal to torch on ragged bags (one of them empty)."""
     import tensorflow as tf
 
-    from tfx_bridge.components.pytorch_model_importer import export
+    from tfx_bridge.components.pytorch_model_importer.export import stage
     from tfx_bridge.components.pytorch_model_importer.to_tf import converters
 
     torch.manual_seed(0)
@@ -98,8 +101,9 @@ def test_export_ragged_embedding_bag_converts_without_loop(tmp_path):
     # Offsets all 0 for the trace: valid bags whatever the batch size.
     specs = signature.parse_input_specs(["ids:int64:-1:0..99", "offsets:int64:-1:0..0"])
     onnx_path = str(tmp_path / "bag.onnx")
-    rewrites = export.export_onnx(module, specs, ["pooled"], onnx_path)
-    assert swaps.EMBEDDING_BAG_DENSE not in {r.kind for r in rewrites}  # not dense: ragged
+    rewrites = stage.export_onnx(module, specs, ["pooled"], onnx_path)
+    # Not dense: ragged.
+    assert module_rewrites.EMBEDDING_BAG_DENSE not in {r.kind for r in rewrites}
     assert "Loop" not in {n.op_type for n in onnx.load(onnx_path).graph.node}
     saved = converters.faithful(onnx_path, str(tmp_path / "sm"), specs)
     ids = torch.tensor([1, 2, 3, 4, 5, 6], dtype=torch.int64)
@@ -118,12 +122,12 @@ def test_import_torchscript_embedding_bag_decomposed_and_blessed(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.EmbeddingBag(50, 4, mode="sum"),
                                 torch.nn.Linear(4, 1)).eval()
-    specs = signature.parse_input_specs(["ids:int64:-1,5:0..49"])
     path = str(tmp_path / "bag.torchscript")
     torch.jit.trace(model, (torch.zeros(2, 5, dtype=torch.int64),)).save(path)
-    result = convert.import_model(convert.ModelSource("torchscript", path), specs, ["score"],
-                                  str(tmp_path / "model"))
-    assert result.blessed, convert.check_table(result.report["checks"])
+    config = ImporterConfig.of_source(ModelSource("torchscript", path),
+                                      ["ids:int64:-1,5:0..49"], ["score"])
+    result = convert.import_model(config, str(tmp_path / "model"))
+    assert result.blessed, check_table(result.report["checks"])
     kinds = {r["kind"]: r["nodes"] for r in result.report["rewrites"]}
     assert kinds["fused-kernel-decomposed"] == ["0 (aten::embedding_bag)"]
 
@@ -136,13 +140,15 @@ def test_import_torchscript_traced_with_fused_attention_blessed(tmp_path):
     path = str(tmp_path / "enc.torchscript")
     with torch.no_grad():  # eval + no_grad: PyTorch traces its fused fast path
         torch.jit.trace(model, sample).save(path)
-    result = convert.import_model(convert.ModelSource("torchscript", path), specs, ["logits"],
-                                  str(tmp_path / "model"))
-    assert result.blessed, convert.check_table(result.report["checks"])
+    config = ImporterConfig.of_source(ModelSource("torchscript", path),
+                                      zoo.ZOO["transformer_encoder"].inputs, ["logits"])
+    result = convert.import_model(config, str(tmp_path / "model"))
+    assert result.blessed, check_table(result.report["checks"])
     rewrites = {r["kind"]: r["nodes"] for r in result.report["rewrites"]}
     assert any("aten::_transformer_encoder_layer_fwd" in n
                for n in rewrites["fused-kernel-decomposed"])
-    assert swaps.MHA_FASTPATH_OFF not in rewrites  # the switch changes nothing once traced
+    # The fast-path switch changes nothing once traced.
+    assert module_rewrites.MHA_FASTPATH_OFF not in rewrites
     assert result.report["converter"] == "tfx-bridge"
 
 

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 pytest.importorskip("transformers", reason="needs the [zoo] extra (transformers)")
 
-from tfx_bridge.components.pytorch_model_importer import swaps  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.export import module_rewrites  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402  (the state_dict handovers name zoo:Class, as users name their package)
@@ -35,4 +35,4 @@ def test_zoo_model_signature_names_kept(zoo_imports, name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["transformer_encoder", "multihead_attention"])
 def test_zoo_attention_exported_with_fastpath_off_named_in_report(zoo_imports, name):
-    zoo.assert_rewrite_named(zoo_imports[name], swaps.MHA_FASTPATH_OFF)
+    zoo.assert_rewrite_named(zoo_imports[name], module_rewrites.MHA_FASTPATH_OFF)

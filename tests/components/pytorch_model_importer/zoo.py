@@ -33,6 +33,9 @@ from zoo_models import (  # noqa: F401
 )
 
 from tfx_bridge.components.pytorch_model_importer import convert, signature
+from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
+from tfx_bridge.components.pytorch_model_importer.report import check_table
+from tfx_bridge.components.pytorch_model_importer.source import ModelSource
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +154,7 @@ def assert_equivalent(result, name: str) -> None:
     """Blessed, and every output within ATOL (integers exact) at batch 1, 7 and 32 against
     torch (unless handed over as ONNX) and onnxruntime; max_abs_error is the largest."""
     checks = result.report["checks"]
-    assert result.blessed, convert.check_table(checks)
+    assert result.blessed, check_table(checks)
     refs = {"onnxruntime"} | ({"torch"} if ZOO[name].handover != "onnx" else set())
     for batch in (1, 7, 32):
         for output in ZOO[name].outputs:
@@ -199,13 +202,13 @@ class LazyImports:
         if name not in self._done:
             entry = ZOO[name]
             folder = str(self._factory.mktemp(name))
-            self._done[name] = convert.import_model(
-                hand_over(name, folder), signature.parse_input_specs(entry.inputs),
-                entry.outputs, os.path.join(folder, "model"))
+            config = ImporterConfig.of_source(hand_over(name, folder), entry.inputs,
+                                              entry.outputs)
+            self._done[name] = convert.import_model(config, os.path.join(folder, "model"))
         return self._done[name]
 
 
-def hand_over(name: str, folder: str, form: str = "") -> convert.ModelSource:
+def hand_over(name: str, folder: str, form: str = "") -> ModelSource:
     """The model file the research team would give us, written to ``folder``: the zoo
     entry's own form, or ``form`` (state_dict, torchscript traced in eval + no_grad,
     onnx)."""
@@ -216,17 +219,17 @@ def hand_over(name: str, folder: str, form: str = "") -> convert.ModelSource:
     if form == "state_dict":
         path = os.path.join(folder, f"{name}.pt")
         torch.save(model.state_dict(), path)
-        return convert.ModelSource("state_dict", path, entry.module_class, entry.module_kwargs)
+        return ModelSource("state_dict", path, entry.module_class, entry.module_kwargs)
     sample = tuple(torch.from_numpy(v) for v in signature.make_inputs(specs, 3).values())
     if form == "torchscript":
         path = os.path.join(folder, f"{name}.torchscript")
         with torch.no_grad():
             torch.jit.trace(model, sample).save(path)
-        return convert.ModelSource("torchscript", path)
+        return ModelSource("torchscript", path)
     path = os.path.join(folder, f"{name}.onnx")
     torch.onnx.export(model, sample, path, input_names=[s.name for s in specs],
                       output_names=entry.outputs, opset_version=17, dynamo=False,
                       dynamic_axes={n: {0: "batch"} for n in [s.name for s in specs]
                                     + entry.outputs})
-    return convert.ModelSource("onnx", path)
+    return ModelSource("onnx", path)
 

@@ -1,5 +1,5 @@
 """torch.fft and complex arithmetic exported as real pairs and DFT MatMuls
-(export_spectral.py): checked against torch through onnxruntime, one through
+(export/spectral.py): checked against torch through onnxruntime, one through
 the whole importer."""
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ ort = pytest.importorskip("onnxruntime")
 
 from torch import nn  # noqa: E402
 
-from tfx_bridge.components.pytorch_model_importer import (  # noqa: E402
-    export_fixes,
-    export_spectral,
+from tfx_bridge.components.pytorch_model_importer.export import (  # noqa: E402
+    spectral,
+    symbolic_rewrites,
 )
 
 
@@ -59,20 +59,20 @@ CASES = {
 def _export(fn, path, dynamic_length=False):
     axes = {"x": {0: "batch", 2: "length"} if dynamic_length else {0: "batch"},
             "y": {0: "batch"}}
-    with export_fixes.onnx_symbolics(), torch.no_grad(), warnings.catch_warnings():
+    with symbolic_rewrites.onnx_symbolics(), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(_module(fn), (torch.randn(3, 6, 8),), str(path),
                           input_names=["x"], output_names=["y"], dynamic_axes=axes,
                           opset_version=17, dynamo=False)
     onnx.checker.check_model(onnx.load(str(path)))
-    return [r.kind for r in export_fixes.applied()]
+    return [r.kind for r in symbolic_rewrites.rewrites()]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_export_spectral_fft_and_complex_ops_match_torch(tmp_path, name):
     fn = CASES[name]
     path = tmp_path / "f.onnx"
-    assert export_spectral.FFT_MATMUL in _export(fn, path) or name == "polar_select_slice"
+    assert spectral.FFT_MATMUL in _export(fn, path) or name == "polar_select_slice"
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for batch in (1, 5):
         x = torch.randn(batch, 6, 8)
@@ -115,16 +115,18 @@ class _FNetMixer(nn.Module):
 
 
 def test_import_fft_torchscript_converted_and_verified_onednn_off(tmp_path):
-    from tfx_bridge.components.pytorch_model_importer import convert, signature
+    from tfx_bridge.components.pytorch_model_importer import convert
+    from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
+    from tfx_bridge.components.pytorch_model_importer.source import ModelSource
 
     torch.manual_seed(0)
     path = str(tmp_path / "fnet.pt")
     with torch.no_grad():
         torch.jit.trace(_FNetMixer().eval(), (torch.randn(2, 8, 16),)).save(path)
-    specs = signature.parse_input_specs(["x:float32:-1,8,16"])
+    config = ImporterConfig.of_source(ModelSource("torchscript", path), ["x:float32:-1,8,16"],
+                                      ["y"])
     # verify() runs the SavedModel in a fresh process with TF_ENABLE_ONEDNN_OPTS=0.
-    result = convert.import_model(convert.ModelSource("torchscript", path), specs, ["y"],
-                                  str(tmp_path / "out"))
+    result = convert.import_model(config, str(tmp_path / "out"))
     assert result.blessed, result.report["checks"]
-    assert export_spectral.FFT_MATMUL in [r["kind"] for r in result.report["rewrites"]]
+    assert spectral.FFT_MATMUL in [r["kind"] for r in result.report["rewrites"]]
     assert result.report["converter"] == "tfx-bridge"

@@ -1,4 +1,5 @@
-"""PyTorch-level changes made before ONNX export, each named in the import report.
+"""Module rewrites: PyTorch-level rewrites in force while a module is exported
+(modules swapped, switches set), each named in the import report by its kind.
 
 Imported only when a torch module is exported (torch is the ``onnx`` extra).
 
@@ -281,3 +282,28 @@ def autograd_functions_inlined() -> Iterator[List[str]]:
         yield inlined
     finally:
         function.apply = original
+
+
+def rewrites(fastpath: List[str], inlined: List[str], export_paths: List[str],
+             bags: List[str]) -> list:
+    """The import report's entries for the module rewrites one export used, from what
+    :func:`uses_fastpath_modules`, :func:`autograd_functions_inlined`,
+    :func:`model_export_paths` and :func:`dense_names` found ([] for none)."""
+    from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
+
+    found = [
+        (MHA_FASTPATH_OFF, fastpath,
+         "exported with torch.backends.mha.set_fastpath_enabled(False): the fused "
+         "attention kernels have no ONNX form; the unfused ops compute the same"),
+        (AUTOGRAD_FUNCTION_INLINED, inlined,
+         "torch.autograd.Function(s) without an ONNX symbolic, traced through their "
+         "forward (no backward runs in an eval export)"),
+        (MODEL_ONNX_EXPORT_PATH, export_paths,
+         f"exported with config.{ONNX_EXPORT_SWITCH}=True: these modules' code has "
+         "its own path for ONNX export (their default one freezes sizes of the export "
+         "sample); checked against the default path"),
+        (EMBEDDING_BAG_DENSE, bags,
+         "nn.EmbeddingBag over fixed-width ids exported as gather + reduce (its ONNX "
+         "form is a Loop); same weights, padding_idx left out"),
+    ]
+    return [Rewrite(kind, nodes, why) for kind, nodes, why in found if nodes]

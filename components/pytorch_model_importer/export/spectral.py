@@ -22,8 +22,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch.onnx import symbolic_helper as sym
 
-from tfx_bridge.components.pytorch_model_importer import export_complex as cx
-from tfx_bridge.components.pytorch_model_importer.export_complex import (
+from tfx_bridge.components.pytorch_model_importer.export import complex_pairs as cx
+from tfx_bridge.components.pytorch_model_importer.export.complex_pairs import (
     cast_like,
     const_int,
     i64,

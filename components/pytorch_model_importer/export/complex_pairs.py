@@ -1,7 +1,7 @@
 """Complex tensors during torch.onnx.export, carried as real (re, im) pairs.
 
 ONNX has no complex tensors, and torch 2.5's TorchScript exporter has no
-symbolic for complex arithmetic. While export_spectral's transforms are
+symbolic for complex arithmetic. While spectral.py's transforms are
 registered, a complex tensor is a real one with a trailing axis of 2
 (real, imaginary): the layout ``torch.view_as_real`` uses. This module keeps
 which values are pairs and exports the ops models apply to them: ``real``,
@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Sequence, Set, Tuple
 import torch
 from torch.onnx import symbolic_helper as sym
 
-from tfx_bridge.components.pytorch_model_importer.export_torch import TorchSymbolics
+from tfx_bridge.components.pytorch_model_importer.export.registry import TorchSymbolics
 
 _COMPLEX: Set[str] = set()  # ids of values holding a complex tensor as (re, im) pairs
 _TORCH = TorchSymbolics()  # torch's own symbolic for each wrapped op
@@ -277,7 +277,7 @@ _WRAPPED = {
 
 
 def symbolics(opsets: Sequence[int]) -> Dict[str, Tuple[Callable, List[int]]]:
-    """``{aten name: (symbolic, opsets)}`` for fused.registered; resets the block's state.
+    """``{aten name: (symbolic, opsets)}`` for registry.registered; resets the block's state.
 
     Call before registering: torch's own symbolic for each wrapped op is looked
     up now, while it is still the one registered.

@@ -1,5 +1,8 @@
 """Import stage 2: a torch module to ONNX, or a handed-over ONNX file renamed to the
-declared signature. No TFX imports; torch and onnx are imported lazily."""
+declared signature. No TFX imports; torch and onnx are imported lazily.
+
+The rewrites the export makes are the package's other modules' (docs in
+export/__init__.py); this module runs them around ``torch.onnx.export``."""
 from __future__ import annotations
 
 import re
@@ -36,18 +39,23 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
                 batch: int = EXPORT_BATCH) -> List[Rewrite]:
     """torch.onnx.export with named inputs/outputs and a dynamic axis per -1.
 
-    The fused attention fast path is off during export and fixed-width
-    EmbeddingBags are exported as gather + reduce (swaps.py); PyTorch's fused
-    kernels recorded in a TorchScript graph (encoder layer, multi-head
-    attention, embedding_bag) are exported as standard ops (fused.py), and
-    torch symbolics that export wrongly are replaced (export_fixes.py). The
-    changes made are returned for the report; torch's TracerWarnings (Python
+    Rewrites in force during the export: the fused attention fast path is off
+    and fixed-width EmbeddingBags are exported as gather + reduce
+    (module_rewrites.py); PyTorch's fused kernels recorded in a TorchScript
+    graph (encoder layer, multi-head attention, embedding_bag) are exported as
+    standard ops (fused.py), and torch symbolics that export wrongly are
+    replaced (symbolic_rewrites.py). The rewrites used are returned for the
+    report; torch's TracerWarnings (Python
     control flow on tensor values, frozen for the export sample) are appended to
     ``trace_warnings`` as "file:line: message". ``batch``: the sample's batch.
     """
     torch = lazy_torch()
     onnx = lazy_onnx()
-    from tfx_bridge.components.pytorch_model_importer import export_fixes, fused, swaps
+    from tfx_bridge.components.pytorch_model_importer.export import (
+        fused,
+        module_rewrites,
+        symbolic_rewrites,
+    )
 
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ImporterConfigError(
@@ -58,23 +66,24 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
                         for i, d in enumerate(s.shape) if d < 0} for s in inputs}
     for name in output_names:
         dynamic[name] = {0: "batch"}
-    fastpath = swaps.uses_fastpath_modules(module)
+    fastpath = module_rewrites.uses_fastpath_modules(module)
     decomposed = fused.rewrites(module)  # [] unless a TorchScript graph holds fused kernels
     if decomposed:
         fastpath = []  # the fast-path switch changes nothing in an already traced graph
     try:
-        with fused.onnx_symbolics(), export_fixes.onnx_symbolics(), swaps.mha_fastpath_off(), \
-                swaps.model_export_paths(module) as export_paths, \
-                swaps.autograd_functions_inlined() as inlined, \
-                swaps.dense_embedding_bags(module) as (exported, bags), torch.no_grad(), \
-                warnings.catch_warnings(record=True) as caught:
+        with fused.onnx_symbolics(), symbolic_rewrites.onnx_symbolics(), \
+                module_rewrites.mha_fastpath_off(), \
+                module_rewrites.model_export_paths(module) as export_paths, \
+                module_rewrites.autograd_functions_inlined() as inlined, \
+                module_rewrites.dense_embedding_bags(module) as (exported, bags), \
+                torch.no_grad(), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", torch.jit.TracerWarning)
             if not isinstance(exported, torch.jit.ScriptModule):
-                exported = swaps.Positional(exported)
+                exported = module_rewrites.Positional(exported)
             torch.onnx.export(exported, args, path, input_names=[s.name for s in inputs],
                               output_names=list(output_names), dynamic_axes=dynamic,
                               opset_version=opset, do_constant_folding=True, dynamo=False)
-        applied_fixes = export_fixes.applied()
+        applied_symbolics = symbolic_rewrites.rewrites()
         if trace_warnings is not None:
             trace_warnings.extend(_trace_warnings(caught, torch.jit.TracerWarning))
     except ImporterError:
@@ -89,29 +98,8 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
             f"{len(output_names)} --output-name were given ({list(output_names)}).")
     onnx.checker.check_model(model)
     onnx.save(onnx.shape_inference.infer_shapes(model), path)
-    bags = swaps.dense_names(bags)
-    applied = list(decomposed) + applied_fixes
-    if fastpath:
-        applied.append(Rewrite(
-            swaps.MHA_FASTPATH_OFF, fastpath,
-            "exported with torch.backends.mha.set_fastpath_enabled(False): the fused "
-            "attention kernels have no ONNX form; the unfused ops compute the same"))
-    if inlined:
-        applied.append(Rewrite(
-            swaps.AUTOGRAD_FUNCTION_INLINED, inlined,
-            "torch.autograd.Function(s) without an ONNX symbolic, traced through their "
-            "forward (no backward runs in an eval export)"))
-    if export_paths:
-        applied.append(Rewrite(
-            swaps.MODEL_ONNX_EXPORT_PATH, export_paths,
-            f"exported with config.{swaps.ONNX_EXPORT_SWITCH}=True: these modules' code has "
-            "its own path for ONNX export (their default one freezes sizes of the export "
-            "sample); checked against the default path"))
-    if bags:
-        applied.append(Rewrite(
-            swaps.EMBEDDING_BAG_DENSE, bags,
-            "nn.EmbeddingBag over fixed-width ids exported as gather + reduce (its ONNX "
-            "form is a Loop); same weights, padding_idx left out"))
+    applied = list(decomposed) + applied_symbolics + module_rewrites.rewrites(
+        fastpath, inlined, export_paths, module_rewrites.dense_names(bags))
     unused = unused_inputs(model, inputs)
     if unused:
         applied.append(Rewrite(
@@ -139,9 +127,9 @@ def export_prefix(module) -> str:
     """The scope prefix export_onnx's wrapper adds to node names ('' for TorchScript)."""
     if module is None or isinstance(module, lazy_torch().jit.ScriptModule):
         return ""
-    from tfx_bridge.components.pytorch_model_importer import swaps
+    from tfx_bridge.components.pytorch_model_importer.export import module_rewrites
 
-    return swaps.WRAPPER_ATTRIBUTE + "."
+    return module_rewrites.WRAPPER_ATTRIBUTE + "."
 
 
 def _export_failure(error: Exception, inputs: Sequence[TensorSpec], locate=None) -> str:
@@ -245,9 +233,9 @@ def _locate(module, args, kind: str) -> Optional[str]:
 
 def _wrapper_class() -> str:
     """The class export_onnx wraps a module in (its scope is not the user's)."""
-    from tfx_bridge.components.pytorch_model_importer import swaps
+    from tfx_bridge.components.pytorch_model_importer.export import module_rewrites
 
-    return swaps.Positional.__name__
+    return module_rewrites.Positional.__name__
 
 
 def unused_inputs(model, inputs: Sequence[TensorSpec]) -> List[str]:

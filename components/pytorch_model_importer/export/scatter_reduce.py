@@ -20,7 +20,7 @@ from typing import Dict, List
 import torch
 from torch.onnx import symbolic_helper as sym
 
-from tfx_bridge.components.pytorch_model_importer.export_torch import TorchSymbolics
+from tfx_bridge.components.pytorch_model_importer.export.registry import TorchSymbolics
 
 SCATTER_REDUCE = "aten::scatter_reduce"
 SCATTER_REDUCE_DENSE = "scatter-reduce-dense"  # the report's rewrite kind

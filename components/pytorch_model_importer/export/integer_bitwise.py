@@ -25,7 +25,7 @@ from typing import Dict, List
 import torch
 from torch.onnx import symbolic_helper as sym
 
-from tfx_bridge.components.pytorch_model_importer.export_torch import TorchSymbolics
+from tfx_bridge.components.pytorch_model_importer.export.registry import TorchSymbolics
 
 BITWISE_ARITHMETIC = "bitwise-integer-arithmetic"  # the report's rewrite kind
 _OPS = {"aten::__and_": "and", "aten::bitwise_and": "and", "aten::__or_": "or",

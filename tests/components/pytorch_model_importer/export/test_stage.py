@@ -12,11 +12,10 @@ ort = pytest.importorskip("onnxruntime")
 
 from torch import nn  # noqa: E402
 
-from tfx_bridge.components.pytorch_model_importer import (  # noqa: E402
-    export,
-    report,
-    signature,
-    swaps,
+from tfx_bridge.components.pytorch_model_importer import report, signature  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.export import (  # noqa: E402
+    module_rewrites,
+    stage,
 )
 
 
@@ -53,7 +52,7 @@ class FrozenBranch(nn.Module):
 def _export(module, tmp_path, trace_warnings=None, spec="x:float32:-1,4:-1..1"):
     specs = signature.parse_input_specs([spec])
     path = str(tmp_path / "m.onnx")
-    export.export_onnx(module.eval(), specs, ["y"], path, trace_warnings=trace_warnings)
+    stage.export_onnx(module.eval(), specs, ["y"], path, trace_warnings=trace_warnings)
     return path
 
 
@@ -105,12 +104,13 @@ class FrozenBatchMixingRows(FrozenBatch):
 def _import(tmp_path, cls, specs):
     """The importer on a state_dict of ``cls`` (a class of this module)."""
     from tfx_bridge.components.pytorch_model_importer import convert
+    from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
 
     torch.save(cls().state_dict(), str(tmp_path / "m.pt"))
-    source = convert.ModelSource("state_dict", str(tmp_path / "m.pt"),
-                                 f"{__name__}:{cls.__name__}")
-    return convert.import_model(source, signature.parse_input_specs(specs), ["y"],
-                                str(tmp_path / "out"))
+    config = ImporterConfig(source_kind="state_dict", source_path=str(tmp_path / "m.pt"),
+                            module_class=f"{__name__}:{cls.__name__}", inputs=specs,
+                            output_names=["y"])
+    return convert.import_model(config, str(tmp_path / "out"))
 
 
 def test_import_export_froze_the_batch_names_onnxruntime_node_and_module(tmp_path):
@@ -150,15 +150,15 @@ def test_import_model_with_own_export_path_exported_through_it_and_verified(tmp_
     result = _import(tmp_path, OwnExportPath, ["x:float32:-1,4:-1..1"])
     assert result.blessed, result.report["checks"]  # against the default path
     applied = {r["kind"]: r["nodes"] for r in result.report["rewrites"]}
-    assert applied[swaps.MODEL_ONNX_EXPORT_PATH] == ["OwnExportPath"]
+    assert applied[module_rewrites.MODEL_ONNX_EXPORT_PATH] == ["OwnExportPath"]
 
 
 def test_model_export_paths_restores_config_after_export():
     module = OwnExportPath()
-    with swaps.model_export_paths(module) as names:
+    with module_rewrites.model_export_paths(module) as names:
         assert names == ["OwnExportPath"] and module.config.onnx_export is True
     assert not hasattr(module.config, "onnx_export")
-    with swaps.model_export_paths(FrozenBatch()) as names:  # no config to switch
+    with module_rewrites.model_export_paths(FrozenBatch()) as names:  # no config to switch
         assert names == []
 
 
@@ -182,6 +182,6 @@ def test_import_input_model_never_reads_taken_and_ignored(tmp_path):
     # A faithful export: onnxruntime is torch's computation at every batch, no cause named.
     assert result.report["export_check"] == [] and report.likely_cause(result.report) is None
     applied = {r["kind"]: r["nodes"] for r in result.report["rewrites"]}
-    assert applied[export.UNUSED_INPUT] == ["mask"]
+    assert applied[stage.UNUSED_INPUT] == ["mask"]
     served = tf.saved_model.load(result.serving_dir).signatures["serving_default"]
     assert sorted(served.structured_input_signature[1]) == ["ids", "mask"]

@@ -1,4 +1,5 @@
-"""TorchScript files traced with PyTorch's fused kernels export to standard ONNX ops (fused.py)."""
+"""TorchScript files traced with PyTorch's fused kernels export to standard ONNX ops
+(export/fused.py)."""
 from __future__ import annotations
 
 import warnings
@@ -12,7 +13,16 @@ ort = pytest.importorskip("onnxruntime")
 
 from torch import nn  # noqa: E402
 
-from tfx_bridge.components.pytorch_model_importer import fused  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.export import fused  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.export.fused_attention import (  # noqa: E402
+    ENCODER_LAYER,
+    MULTI_HEAD_ATTENTION,
+    NESTED_FROM_MASK,
+    TO_PADDED,
+)
+from tfx_bridge.components.pytorch_model_importer.export.fused_embedding_bag import (  # noqa: E402
+    EMBEDDING_BAG,
+)
 
 D, H, L = 8, 2, 5
 BATCHES = (1, 7)
@@ -115,22 +125,22 @@ def _layer(norm_first=False, activation="relu"):
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_encoder_layer_traced_fused_matches_onnxruntime(tmp_path, norm_first, activation):
     _roundtrip(Call(_layer(norm_first, activation), "none"), lambda b: (_seq(b),), ["x"],
-               tmp_path, kernel=fused.ENCODER_LAYER)
+               tmp_path, kernel=ENCODER_LAYER)
 
 
 @pytest.mark.parametrize("kind", ["padding", "causal", "both"])
 def test_encoder_layer_masked_traced_fused_matches_onnxruntime(tmp_path, kind):
     if kind == "causal":
         _roundtrip(Call(_layer(), kind), lambda b: (_seq(b),), ["x"], tmp_path,
-                   kernel=fused.ENCODER_LAYER)
+                   kernel=ENCODER_LAYER)
     else:
         _roundtrip(Call(_layer(True, "gelu"), kind), lambda b: (_seq(b), _padding(b)),
-                   ["x", "mask"], tmp_path, kernel=fused.ENCODER_LAYER)
+                   ["x", "mask"], tmp_path, kernel=ENCODER_LAYER)
 
 
 def test_encoder_layer_opset14_traced_fused_matches_onnxruntime(tmp_path):
     _roundtrip(Call(_layer(True, "gelu"), "padding"), lambda b: (_seq(b), _padding(b)),
-               ["x", "mask"], tmp_path, kernel=fused.ENCODER_LAYER, opset=14)
+               ["x", "mask"], tmp_path, kernel=ENCODER_LAYER, opset=14)
 
 
 # --------------------------------------------------------------------------- encoder stack
@@ -143,19 +153,19 @@ def _encoder(norm=True, norm_first=False):
 
 def test_encoder_traced_fused_matches_onnxruntime(tmp_path):
     _roundtrip(Call(_encoder(), "none"), lambda b: (_seq(b),), ["x"], tmp_path,
-               kernel=fused.ENCODER_LAYER)
+               kernel=ENCODER_LAYER)
 
 
 def test_encoder_padding_nested_path_matches_onnxruntime(tmp_path):
     ts, exported = _roundtrip(Call(_encoder(), "padding"), lambda b: (_seq(b), _padding(b)),
-                              ["x", "mask"], tmp_path, kernel=fused.NESTED_FROM_MASK)
-    assert fused.TO_PADDED in {n.kind() for n in ts.inlined_graph.nodes()}
+                              ["x", "mask"], tmp_path, kernel=NESTED_FROM_MASK)
+    assert TO_PADDED in {n.kind() for n in ts.inlined_graph.nodes()}
 
 
 def test_encoder_norm_first_padding_matches_onnxruntime(tmp_path):
     _roundtrip(Call(_encoder(norm=False, norm_first=True), "padding"),
                lambda b: (_seq(b), _padding(b)), ["x", "mask"], tmp_path,
-               kernel=fused.ENCODER_LAYER)
+               kernel=ENCODER_LAYER)
 
 
 # --------------------------------------------------------------------------- bare attention
@@ -179,19 +189,19 @@ class Attend(nn.Module):
 @pytest.mark.parametrize("need,average", [(False, True), (True, True), (True, False)])
 def test_mha_need_weights_traced_fused_matches_onnxruntime(tmp_path, need, average):
     _roundtrip(Attend(need, average), lambda b: (_seq(b),), ["x"], tmp_path,
-               n_out=2 if need else 1, kernel=fused.MULTI_HEAD_ATTENTION)
+               n_out=2 if need else 1, kernel=MULTI_HEAD_ATTENTION)
 
 
 @pytest.mark.parametrize("need", [False, True])
 def test_mha_key_padding_traced_fused_matches_onnxruntime(tmp_path, need):
     _roundtrip(Attend(need, padding=True), lambda b: (_seq(b), _padding(b)), ["x", "mask"],
-               tmp_path, n_out=2 if need else 1, kernel=fused.MULTI_HEAD_ATTENTION)
+               tmp_path, n_out=2 if need else 1, kernel=MULTI_HEAD_ATTENTION)
 
 
 def test_mha_causal_and_padding_traced_fused_matches_onnxruntime(tmp_path):
     _roundtrip(Attend(True, False, padding=True, causal=True),
                lambda b: (_seq(b), _padding(b)), ["x", "mask"], tmp_path, n_out=2,
-               kernel=fused.MULTI_HEAD_ATTENTION)
+               kernel=MULTI_HEAD_ATTENTION)
 
 
 class Kernel(nn.Module):
@@ -214,7 +224,7 @@ def test_mha_kernel_distinct_qkv_matches_onnxruntime(tmp_path):
         return _seq(batch), torch.randn(batch, L, D, generator=torch.Generator().manual_seed(9))
 
     _roundtrip(Kernel(), args, ["q", "kv"], tmp_path, n_out=2,
-               kernel=fused.MULTI_HEAD_ATTENTION)
+               kernel=MULTI_HEAD_ATTENTION)
 
 
 # --------------------------------------------------------------------------- embedding bag
@@ -246,7 +256,7 @@ class Bag(nn.Module):
 @pytest.mark.parametrize("padding_idx", [None, 0])
 def test_embedding_bag_fixed_width_traced_matches_onnxruntime(tmp_path, mode, padding_idx):
     _, exported = _roundtrip(Bag(mode, padding_idx), lambda b: (_ids(b, padding_idx),),
-                             ["ids"], tmp_path, kernel=fused.EMBEDDING_BAG)
+                             ["ids"], tmp_path, kernel=EMBEDDING_BAG)
     assert "ScatterND" not in {n.op_type for n in exported.graph.node}
 
 
@@ -256,7 +266,7 @@ def test_embedding_bag_per_sample_weights_traced_matches_onnxruntime(tmp_path, p
         return _ids(b, padding_idx), torch.rand(b, W, generator=torch.Generator().manual_seed(b))
 
     _roundtrip(Bag("sum", padding_idx, weighted=True), args, ["ids", "weights"], tmp_path,
-               kernel=fused.EMBEDDING_BAG)
+               kernel=EMBEDDING_BAG)
 
 
 class RaggedBag(nn.Module):
@@ -306,17 +316,17 @@ def test_onnx_symbolics_exit_unregisters_restores_builtin():
     from torch.onnx._internal import registration
 
     with fused.onnx_symbolics():
-        assert registration.registry.is_registered_op(fused.ENCODER_LAYER, 17)
-    assert not registration.registry.is_registered_op(fused.ENCODER_LAYER, 17)
-    assert not registration.registry.is_registered_op(fused.MULTI_HEAD_ATTENTION, 17)
-    group = registration.registry.get_function_group(fused.EMBEDDING_BAG)
+        assert registration.registry.is_registered_op(ENCODER_LAYER, 17)
+    assert not registration.registry.is_registered_op(ENCODER_LAYER, 17)
+    assert not registration.registry.is_registered_op(MULTI_HEAD_ATTENTION, 17)
+    group = registration.registry.get_function_group(EMBEDDING_BAG)
     assert group.get(17).__module__ == "torch.onnx.symbolic_opset11"  # the built-in again
 
 
 def test_fused_kernels_traced_encoder_lists_layers():
     ts = _trace(Call(_encoder(), "none"), (_seq(2),))
-    assert fused.fused_kernels(ts) == [(fused.ENCODER_LAYER, "inner.layers.0"),
-                                       (fused.ENCODER_LAYER, "inner.layers.1")]
+    assert fused.fused_kernels(ts) == [(ENCODER_LAYER, "inner.layers.0"),
+                                       (ENCODER_LAYER, "inner.layers.1")]
     (entry,) = fused.rewrites(ts)
     assert entry.kind == fused.FUSED_KERNEL_DECOMPOSED
     assert entry.nodes[0] == "inner.layers.0 (aten::_transformer_encoder_layer_fwd)"
@@ -324,9 +334,9 @@ def test_fused_kernels_traced_encoder_lists_layers():
 
 def test_fused_kernels_bag_and_attention_named_by_scope():
     bag = _trace(Bag("sum"), (_ids(2),))
-    assert fused.fused_kernels(bag) == [(fused.EMBEDDING_BAG, "bag")]
+    assert fused.fused_kernels(bag) == [(EMBEDDING_BAG, "bag")]
     attend = _trace(Attend(False), (_seq(2),))
-    assert fused.fused_kernels(attend) == [(fused.MULTI_HEAD_ATTENTION, "mha")]
+    assert fused.fused_kernels(attend) == [(MULTI_HEAD_ATTENTION, "mha")]
 
 
 def test_fused_kernels_eager_or_unfused_module_empty():
@@ -344,5 +354,5 @@ def test_fused_kernels_saved_and_loaded_keeps_module_names(tmp_path):
     path = str(tmp_path / "enc.torchscript")
     _trace(Call(_encoder(), "padding"), (_seq(2), _padding(2))).save(path)
     loaded = torch.jit.load(path)
-    assert fused.fused_kernels(loaded) == [(fused.ENCODER_LAYER, "inner.layers.0"),
-                                           (fused.ENCODER_LAYER, "inner.layers.1")]
+    assert fused.fused_kernels(loaded) == [(ENCODER_LAYER, "inner.layers.0"),
+                                           (ENCODER_LAYER, "inner.layers.1")]

@@ -1,5 +1,6 @@
-"""Replacements for torch.onnx symbolics that export some models wrongly or not
-at all, whatever the hand-over form (eager module, state_dict or TorchScript).
+"""Symbolic rewrites: torch.onnx symbolics replaced where torch's own export some
+models wrongly or not at all, whatever the hand-over form (eager module,
+state_dict or TorchScript).
 
 Imported only when a torch module is exported (torch is the ``onnx`` extra).
 For the duration of an export, :func:`onnx_symbolics` registers:
@@ -16,13 +17,13 @@ For the duration of an export, :func:`onnx_symbolics` registers:
 - ``aten::any``/``aten::all`` on non-bool tensors: cast to bool first (torch's
   own symbolics assume bool input);
 - ``aten::scatter_reduce`` with mean, include_self=False, or amax/amin below
-  opset 18 (export_scatter.py): a dense one-hot segment reduction;
-- bitwise ``& | ^ ~`` on integer tensors (export_integer.py): exact integer
+  opset 18 (scatter_reduce.py): a dense one-hot segment reduction;
+- bitwise ``& | ^ ~`` on integer tensors (integer_bitwise.py): exact integer
   arithmetic;
-- ``aten::fft_*`` and complex arithmetic (export_spectral.py): complex tensors
+- ``aten::fft_*`` and complex arithmetic (spectral.py): complex tensors
   as (real, imaginary) pairs, each transform a MatMul with a DFT matrix.
 
-:func:`applied` names the ones the last export used, for the import report.
+:func:`rewrites` names the ones the last export used, for the import report.
 PyTorch's fused kernels (TorchScript only) are fused.py's.
 """
 from __future__ import annotations
@@ -34,13 +35,16 @@ import torch
 from torch.onnx import symbolic_helper as sym
 from torch.onnx import symbolic_opset9 as opset9
 
-from tfx_bridge.components.pytorch_model_importer import (
-    export_integer,
-    export_scatter,
-    export_spectral,
+from tfx_bridge.components.pytorch_model_importer.export import (
+    integer_bitwise,
+    scatter_reduce,
+    spectral,
 )
-from tfx_bridge.components.pytorch_model_importer.export_torch import TorchSymbolics
-from tfx_bridge.components.pytorch_model_importer.fused import OPSETS, registered
+from tfx_bridge.components.pytorch_model_importer.export.registry import (
+    OPSETS,
+    TorchSymbolics,
+    registered,
+)
 
 
 def _index_add(g, self, dim, index, other, alpha=None):
@@ -231,12 +235,12 @@ def onnx_symbolics(opsets: Sequence[int] = OPSETS) -> Iterator[None]:
     _TRUTH_CASTS.clear()
     _REPEATS.clear()
     _TORCH_REPEAT.capture([REPEAT_INTERLEAVE], opsets)  # before ours is registered
-    symbolics = export_spectral.symbolics(opsets)
+    symbolics = spectral.symbolics(opsets)
     symbolics.update({name: (fn, opsets) for name, fn in _ADAPTIVE.items()})
     symbolics.update({name: (fn, opsets) for name, fn in _TRUTH.items()})
     symbolics[REPEAT_INTERLEAVE] = (_repeat_interleave, list(opsets))
-    symbolics.update(export_scatter.symbolics(opsets))
-    symbolics.update(export_integer.symbolics(opsets))
+    symbolics.update(scatter_reduce.symbolics(opsets))
+    symbolics.update(integer_bitwise.symbolics(opsets))
     symbolics[INDEX_ADD] = (_index_add, [o for o in opsets if o in _INDEX_ADD_OPSETS])
     with registered(symbolics):
         yield
@@ -247,8 +251,8 @@ def _counted(calls: Sequence[str], what: str) -> List[str]:
     return [f"{calls.count(c)} {what}{' ' + c if c else ''}" for c in dict.fromkeys(calls)]
 
 
-def applied() -> list:
-    """Report entries for torch symbolics replaced during the last export block."""
+def rewrites() -> list:
+    """The import report's entries for the symbolics replaced during the last export block."""
     from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
 
     found = [
@@ -267,15 +271,15 @@ def applied() -> list:
          "torch's any/all symbolics read only bool tensors (all exports an invalid Not on "
          "integers, any lets -1 and 1 cancel); the input is cast to bool first, nonzero "
          "being True as in PyTorch"),
-        (export_integer.BITWISE_ARITHMETIC, _counted(export_integer.used(), "bitwise"),
+        (integer_bitwise.BITWISE_ARITHMETIC, _counted(integer_bitwise.used(), "bitwise"),
          "torch exports bitwise &, |, ^, ~ on bool tensors only and ONNX has integer "
          "bitwise ops from opset 18; exported with exact integer arithmetic (lowest bit "
          "with a bool, bit by bit with an int, -x - 1 for ~)"),
-        (export_scatter.SCATTER_REDUCE_DENSE, _counted(export_scatter.used(), "scatter_reduce"),
+        (scatter_reduce.SCATTER_REDUCE_DENSE, _counted(scatter_reduce.used(), "scatter_reduce"),
          "torch refuses scatter_reduce with mean or include_self=False and exports amax/"
          "amin as ScatterElements reductions ONNX has only from opset 18; exported as a "
          "one-hot segment mask reduced along dim (exact)"),
-        (export_spectral.FFT_MATMUL, _counted(export_spectral.used(), "call(s) of"),
+        (spectral.FFT_MATMUL, _counted(spectral.used(), "call(s) of"),
          "torch exports no torch.fft op; exported with complex tensors as (real, "
          "imaginary) pairs and each transform as a MatMul with cosine/sine matrices "
          "built from the axis length (exact angles)"),

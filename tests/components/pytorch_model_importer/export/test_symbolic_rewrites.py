@@ -1,4 +1,4 @@
-"""torch symbolics replaced for every hand-over form (export_fixes.py): index_add with
+"""torch symbolics replaced for every hand-over form (export/symbolic_rewrites.py): index_add with
 repeated indices, adaptive average pools to sizes that do not divide the input."""
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ ort = pytest.importorskip("onnxruntime")
 
 from torch import nn  # noqa: E402
 
-from tfx_bridge.components.pytorch_model_importer import export_fixes  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.export import symbolic_rewrites  # noqa: E402
 
 
 def _export(model, args, path, names, dynamic=None):
     axes = dynamic or {n: {0: "batch"} for n in names}
     axes["out0"] = {0: "batch"}
-    with export_fixes.onnx_symbolics(), torch.no_grad(), warnings.catch_warnings():
+    with symbolic_rewrites.onnx_symbolics(), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(model, args, str(path), input_names=names, output_names=["out0"],
                           dynamic_axes=axes, opset_version=17, dynamo=False)
@@ -52,12 +52,13 @@ class _IndexAdd(torch.nn.Module):
 
 
 def test_export_index_add_with_repeated_indices_sums_like_torch(tmp_path):
-    from tfx_bridge.components.pytorch_model_importer import export, signature
+    from tfx_bridge.components.pytorch_model_importer import signature
+    from tfx_bridge.components.pytorch_model_importer.export import stage
 
     path = str(tmp_path / "m.onnx")
     specs = signature.parse_input_specs(["x:float32:-1,4"])
-    rewrites = export.export_onnx(_IndexAdd().eval(), specs, ["y"], path)
-    assert [r.kind for r in rewrites] == [export_fixes.INDEX_ADD_SCATTER_ADD]
+    rewrites = stage.export_onnx(_IndexAdd().eval(), specs, ["y"], path)
+    assert [r.kind for r in rewrites] == [symbolic_rewrites.INDEX_ADD_SCATTER_ADD]
     for batch in (1, 7):
         x = np.random.default_rng(batch).standard_normal((batch, 4)).astype(np.float32)
         got = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
@@ -93,8 +94,8 @@ def test_adaptive_avg_pool_any_output_size_exported_exact(tmp_path, dims, shape,
                                              strict=True))
     kinds = {n.op_type for n in exported.graph.node}
     assert ("MatMul" in kinds) == (not divides)  # torch's own form where it has one
-    assert [r.kind for r in export_fixes.applied()] == (
-        [] if divides else [export_fixes.ADAPTIVE_POOL_MATMUL])
+    assert [r.kind for r in symbolic_rewrites.rewrites()] == (
+        [] if divides else [symbolic_rewrites.ADAPTIVE_POOL_MATMUL])
 
 
 def test_adaptive_avg_pool_dynamic_spatial_size_refused_naming_fix(tmp_path):
@@ -124,8 +125,8 @@ def test_export_repeat_interleave_single_count_matches_torch(tmp_path, fn, appli
     path = tmp_path / "r.onnx"
     _export(model, (torch.randn(2, 3, 4),), path, ["x"])
     _compare(model, path, lambda b: (torch.randn(b, 3, 4),), ["x"])
-    assert (export_fixes.REPEAT_INTERLEAVE_EXPAND in
-            [r.kind for r in export_fixes.applied()]) == applied
+    assert (symbolic_rewrites.REPEAT_INTERLEAVE_EXPAND in
+            [r.kind for r in symbolic_rewrites.rewrites()]) == applied
 
 
 @pytest.mark.parametrize("fn", [
@@ -143,14 +144,14 @@ def test_export_any_all_non_bool_input_reads_nonzero_as_true(tmp_path, fn):
         x = rng.choice([-1.0, 0.0, 0.6, 2.0], size=(batch, 3, 4)).astype(np.float32)
         got = session.run(None, {"x": x})[0]
         np.testing.assert_array_equal(got, fn(torch.from_numpy(x)).numpy())
-    assert export_fixes.TRUTH_REDUCTION_BOOL in [r.kind for r in export_fixes.applied()]
+    assert symbolic_rewrites.TRUTH_REDUCTION_BOOL in [r.kind for r in symbolic_rewrites.rewrites()]
 
 
 @pytest.mark.parametrize("include_self", [False, True])
 def test_export_scatter_reduce_every_form_matches_torch(tmp_path, include_self):
     """Every reduction along both dims (TAPAS's segment minima and means use
     include_self=False; GNN-style pooling), one model exporting them all."""
-    from tfx_bridge.components.pytorch_model_importer import export_scatter
+    from tfx_bridge.components.pytorch_model_importer.export import scatter_reduce
 
     reduces = ["sum", "prod", "mean", "amax", "amin"]
 
@@ -174,8 +175,8 @@ def test_export_scatter_reduce_every_form_matches_torch(tmp_path, include_self):
         x = torch.randn(batch, 4)
         np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], fn(x).numpy(),
                                    rtol=1e-5, atol=1e-5)
-    nodes = [r.nodes for r in export_fixes.applied()
-             if r.kind == export_scatter.SCATTER_REDUCE_DENSE]
+    nodes = [r.nodes for r in symbolic_rewrites.rewrites()
+             if r.kind == scatter_reduce.SCATTER_REDUCE_DENSE]
     dense = {n.split()[2] for n in (nodes[0] if nodes else [])}
     # torch's ScatterElements form stays for sum/prod with include_self=True.
     assert dense == ({"sum", "prod", "mean", "amax", "amin"} if not include_self
@@ -191,7 +192,7 @@ def test_export_scatter_reduce_every_form_matches_torch(tmp_path, include_self):
     lambda a, b: ~a + (~(b > 0)).long(),
 ])
 def test_export_bitwise_on_integers_exact(tmp_path, fn):
-    from tfx_bridge.components.pytorch_model_importer import export_integer
+    from tfx_bridge.components.pytorch_model_importer.export import integer_bitwise
 
     model = nn.Module()
     model.forward = fn
@@ -207,4 +208,4 @@ def test_export_bitwise_on_integers_exact(tmp_path, fn):
         a, b = ids(batch)
         got = session.run(None, {"a": a.numpy(), "b": b.numpy()})[0]
         np.testing.assert_array_equal(got, fn(a, b).numpy())
-    assert export_integer.BITWISE_ARITHMETIC in [r.kind for r in export_fixes.applied()]
+    assert integer_bitwise.BITWISE_ARITHMETIC in [r.kind for r in symbolic_rewrites.rewrites()]
