@@ -76,19 +76,6 @@ def flink_versions() -> List[str]:
     return list(FlinkRunnerOptions.PUBLISHED_FLINK_VERSIONS)
 
 
-def job_server_jar(settings: BeamSettings) -> Optional[str]:
-    """The job-server jar the cluster side needs (None: no job server)."""
-    import apache_beam
-
-    version = apache_beam.__version__
-    if settings.runner == "flink":
-        flink = arg_value(settings.args, "--flink_version") or flink_versions()[-1]
-        return f"beam-runners-flink-{flink}-job-server-{version}.jar"
-    if settings.runner == "spark":
-        return f"beam-runners-spark-3-job-server-{version}.jar"
-    return None
-
-
 def problems(settings: BeamSettings) -> List[str]:
     """Every reason ``settings`` cannot run, in words (empty: it can)."""
     runner, args = settings.runner, tuple(settings.args)

@@ -1,8 +1,6 @@
 """tfx_bridge.beam: every Beam option tfx-bridge sets."""
 from __future__ import annotations
 
-import warnings
-
 from tfx_bridge import beam
 
 ENV = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "eu-west-1",
@@ -33,15 +31,3 @@ def test_object_store_args_s3_paths_get_sdk_image_local_paths_nothing(monkeypatc
 def test_direct_runner_args_one_process_empty_several_multi_processing():
     assert beam.direct_runner_args(None) == beam.direct_runner_args(1) == []
     assert "--direct_num_workers=3" in beam.direct_runner_args(3)
-
-
-def test_old_beam_args_module_warns_and_reexports():
-    import importlib
-    import sys
-
-    sys.modules.pop("tfx_bridge.pipelines.beam_args", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = importlib.import_module("tfx_bridge.pipelines.beam_args")
-    assert old.direct_runner_args is beam.direct_runner_args
-    assert any("moved to tfx_bridge.beam" in str(w.message) for w in caught)
