@@ -43,7 +43,6 @@ def hold_run_lock():
 LONGEST_FIRST = (
     "pipelines/test_lifecycle.py",
     "kubeflow/test_local_run.py",
-    "pipelines/test_portable_run.py",
     "cli/test_cli.py",
     "components/serving_pusher/test_serving.py",
     "components/serving_pusher/test_serving_checks.py",

@@ -15,6 +15,10 @@ v1: v2 pushed because the Evaluator blessed it; span 3 with one label class ->
 trained, refused by the Evaluator (exit 1, AUC undefined), v2 still served; span
 4 with a planted int32 overflow -> stopped at SchemaGuard (exit 1), nothing
 trained; span 4 removed -> a quiet run reports span 3 (this run's), no progress.
+
+Span 1's demo is also the DirectRunner side of the portable runner's comparison
+(the same demo under Beam's portable runner with two workers): one demo run
+serves both, which keeps the suite's time.
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ from ml_metadata.proto import metadata_store_pb2  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 from tfx.orchestration import metadata as tfx_metadata  # noqa: E402
 
-from tfx_bridge import cli  # noqa: E402
+from tfx_bridge import cli, portable  # noqa: E402
 from tfx_bridge.artifacts.examples import read_records  # noqa: E402
 from tfx_bridge.components.serving_pusher import serving  # noqa: E402
 from tfx_bridge.components.trt_optimizer import optimize  # noqa: E402
@@ -49,12 +53,16 @@ from tfx_bridge.pipelines import (  # noqa: E402
     run_state,
     runner,
 )
+from tfx_bridge.storage import fs  # noqa: E402
 from tfx_bridge.torch import model as torch_model  # noqa: E402
 
 ROWS = 1200
 TRAIN_STEPS = 150
 # The optimizer's timing rounds are not what this test is about.
 RUN_FLAGS = ("--train-steps", str(TRAIN_STEPS), "--optimizer-iterations", "10")
+DEMO_FLAGS = ("--spans", "1", "--rows", str(ROWS), *RUN_FLAGS)
+# The steps that run Beam, each starting its own workers under the portable runner.
+BEAM_STEPS = ("ParquetExampleGen", "StatisticsGen", "SchemaGuard", "Transform", "Evaluator")
 DATA_STEPS = ("ParquetExampleGen", "StatisticsGen", "ImportSchemaGen", "SchemaGuard",
               "Transform")
 
@@ -102,32 +110,42 @@ def _until(condition, proc, what: str, timeout_s: float = 600):
         time.sleep(0.5)
 
 
-def _demo(work: str, raw_feeds, capfd) -> dict:
-    """`tfx-bridge demo` on one span, as a user runs it; a `tfx-bridge run` started
-    on its workdir meanwhile is refused naming it. Checks what the demo printed and
-    what it served, and returns its JSON summary."""
-    import tensorflow_transform as tft
-
+@pytest.fixture(scope="module")
+def first_span(tmp_path_factory) -> dict:
+    """Span 1: `tfx-bridge demo` as a user runs it (a subprocess), and a `tfx-bridge
+    run` started on its workdir meanwhile, refused naming it. Shared by the
+    lifecycle (which goes on from this workdir) and the portable runner's
+    comparison (whose DirectRunner side this is): what the comparison reads is
+    taken here, before the lifecycle adds spans."""
+    work = str(tmp_path_factory.mktemp("lifecycle") / "work")
     exe = os.path.join(os.path.dirname(sys.executable), "tfx-bridge")
-    proc = subprocess.Popen([exe, "demo", "--workdir", work, "--spans", "1", "--rows",
-                             str(ROWS), "--train-steps", str(TRAIN_STEPS),
-                             "--optimizer-iterations", "10", "--json"],
+    proc = subprocess.Popen([exe, "demo", "--workdir", work, *DEMO_FLAGS, "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         head = []  # the demo holds its locks, then writes the span: wait for it
         while not (head and head[-1].startswith("[1/3] Generated")):
             head.append(proc.stderr.readline())
             assert head[-1], "".join(head)
-        code, _, err = _cli(capfd, *_run_args(work), "--json")
-        assert code == cli.EXIT_BUSY, err
-        assert f"pid {proc.pid}" in err and "demo --workdir" in err, err
+        refused = subprocess.run([exe, *_run_args(work), "--json"], capture_output=True,
+                                 text=True, timeout=300)
         stdout, stderr = proc.communicate(timeout=900)
     finally:
         proc.kill()
         proc.wait()
-    proc.stdout, proc.stderr = stdout, "".join(head) + stderr
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 0, ("".join(head) + stderr)[-3000:]
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    return {"work": work, "pid": proc.pid, "stdout": stdout, "stderr": "".join(head) + stderr,
+            "summary": summary, "refused": refused, "outputs": _outputs(work, summary)}
+
+
+def _check_first_span(first: dict, raw_feeds) -> dict:
+    """What the demo printed and what it served; its JSON summary."""
+    import tensorflow_transform as tft
+
+    work, summary, refused = first["work"], first["summary"], first["refused"]
+    assert refused.returncode == cli.EXIT_BUSY, refused.stderr
+    assert f"pid {first['pid']}" in refused.stderr and "demo --workdir" in refused.stderr, \
+        refused.stderr
     assert summary["pushed_path"] == os.path.join(work, runner.SERVING_DIR, "ctr", "1")
     assert summary["schema_guard"]["blessed"] == 1
     assert summary["training"]["eval_auc"] > 0.5
@@ -163,15 +181,16 @@ def _demo(work: str, raw_feeds, capfd) -> dict:
     assert raw_out["experts"].numpy()[0].tolist() == experts[0].tolist()
     for line in ("SchemaGuard: clean", "PyTorchTrainer: trained", "Pushed: version 1",
                  "Prediction of the pushed model on one raw eval record (country="):
-        assert line in proc.stdout
-    assert "[3/3] Done" in proc.stderr
+        assert line in first["stdout"]
+    stderr = first["stderr"]
+    assert "[3/3] Done" in stderr
     # A line as each component ends, read from MLMD, on the terminal (not in the log).
     for name in ("ParquetExampleGen", "SchemaGuard", "PyTorchTrainer", "ServingPusher"):
-        assert f"  {name}: done in " in proc.stderr, proc.stderr[-2000:]
+        assert f"  {name}: done in " in stderr, stderr[-2000:]
     # Native library logs went to the workdir's log, not the terminal.
     assert os.path.exists(os.path.join(work, cli.PIPELINE_LOG))
-    assert "library logs in" in proc.stderr
-    assert not [ln for ln in proc.stderr.splitlines() if ln.startswith(("I0000", "W0000"))]
+    assert "library logs in" in stderr
+    assert not [ln for ln in stderr.splitlines() if ln.startswith(("I0000", "W0000"))]
     return summary
 
 
@@ -217,15 +236,121 @@ def _summary(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _records(examples: str) -> dict:
+    """{split: the records as sorted tuples of (feature, values)}: a record's
+    place in the files depends on the runner, its content does not."""
+    out = {}
+    for split in ("train", "eval"):
+        rows = []
+        for record in tf.data.TFRecordDataset(
+                fs.glob(fs.join(examples, f"Split-{split}", "*")), "GZIP"):
+            feature = tf.train.Example.FromString(record.numpy()).features.feature
+            rows.append(tuple(sorted(
+                (name, tuple(getattr(f, f.WhichOneof("kind")).value) if f.WhichOneof("kind")
+                 else ()) for name, f in feature.items())))
+        out[split] = sorted(rows)
+    return out
+
+
+def _assert_same_records(a: dict, b: dict) -> None:
+    """Integers and strings equal, floats within float tolerance, record by record."""
+    assert a.keys() == b.keys()
+    for split in a:
+        assert len(a[split]) == len(b[split]), split
+        for x, y in zip(a[split], b[split], strict=True):
+            assert [name for name, _ in x] == [name for name, _ in y]
+            for (name, u), (_, v) in zip(x, y, strict=True):
+                if u and isinstance(u[0], float):
+                    np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6, err_msg=name)
+                else:
+                    assert u == v, (split, name, u, v)
+
+
+def _only(pattern: str) -> str:
+    found = fs.glob(pattern)
+    assert len(found) == 1, (pattern, found)
+    return found[0]
+
+
+def _outputs(work: str, summary: dict) -> dict:
+    """A one-span run's outputs as the runner comparison reads them: files per
+    split, records, Transform's vocabulary, and the pushed version's answer to the
+    first raw eval record of this run's examples."""
+    root = fs.join(work, "pipeline_root")
+    examples = _only(fs.join(root, "ParquetExampleGen", "examples", "*"))
+    transformed = _only(fs.join(root, "Transform", "transformed_examples", "*"))
+    graph = _only(fs.join(root, "Transform", "transform_graph", "*"))
+    files = {}
+    for name, uri in (("examples", examples), ("transformed", transformed)):
+        files[name] = {split: len(fs.glob(fs.join(uri, f"Split-{split}", "*")))
+                       for split in ("train", "eval")}
+    return {"uri": examples, "files": files, "records": _records(examples),
+            "transformed": _records(transformed),
+            "vocabulary": fs.read_bytes(fs.join(graph, "transform_fn", "assets",
+                                                demo_preprocessing.COUNTRY_VOCABULARY)),
+            "pushed_path": summary["pushed_path"]}
+
+
 @pytest.mark.slow
-def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(tmp_path, capfd,
-                                                                           raw_feeds):
-    work = str(tmp_path / "work")
+def test_demo_under_portable_runner_two_workers_same_results_as_direct_runner(
+        first_span, tmp_path, capsys, monkeypatch):
+    """The demo (Transform + PyTorchTrainer) under Beam's portable runner with two
+    external SDK workers on 127.0.0.1, beside the DirectRunner's span-1 demo of the
+    same inputs. What the runners promise is compared, not bits: the same records
+    per split (the portable run's Beam steps wrote two shards, in another order),
+    Transform's vocabulary, the transformed records (integers exactly, floats
+    within float tolerance: Transform's analyzers combine partial results in the
+    order the workers finish, so a mean or a variance may differ in its last bit,
+    and training amplifies that), and the same prediction within 1e-4 from both
+    pushed versions on one raw record. The Beam work ran in the pool's worker
+    processes: two started for each Beam step, in the logs' folder with their own
+    TMPDIR, not the launcher's."""
+    launcher = tmp_path / "launcher"
+    launcher.mkdir()
+    monkeypatch.chdir(launcher)
+    work = str(tmp_path / "portable")
+    code = cli.main(["demo", "--workdir", work, *DEMO_FLAGS, "--json", "--quiet",
+                     "--beam-runner", "portable", "--beam-workers", "2"])
+    out, err = capsys.readouterr()
+    assert code == cli.EXIT_OK, err[-4000:]
+    ported = json.loads(out.strip().splitlines()[-1])
+    direct, a, b = first_span["summary"], first_span["outputs"], _outputs(work, ported)
+
+    # The runners laid the records out differently: one file against two.
+    assert a["files"] == {k: {"train": 1, "eval": 1} for k in a["files"]}
+    assert b["files"] == {k: {"train": 2, "eval": 2} for k in b["files"]}
+    assert sum(len(rows) for rows in a["records"].values()) == ROWS
+    _assert_same_records(a["records"], b["records"])
+    _assert_same_records(a["transformed"], b["transformed"])
+    assert a["vocabulary"] == b["vocabulary"] and a["vocabulary"].strip()
+    # One raw record (the DirectRunner's first eval record: each run's summary shows
+    # its own first, which follows the file layout) through both pushed versions.
+    assert direct["pushed_version"] == ported["pushed_version"] == 1
+    raw_a, pred_a = runner.predict_one(a["pushed_path"], a["uri"])
+    raw_b, pred_b = runner.predict_one(b["pushed_path"], a["uri"])
+    assert raw_a == raw_b == direct["prediction_input"]
+    # Trained on features equal within float tolerance; the optimizer may keep another
+    # candidate in each run (it times them), each checked equivalent to its input.
+    np.testing.assert_allclose(pred_a["score"], pred_b["score"], rtol=0, atol=1e-4)
+
+    logs = tmp_path / "portable" / "beam_logs"
+    started = [ln for ln in (logs / portable.WORKER_POOL_LOG).read_text().splitlines()
+               if ln.startswith("Starting worker with command")]
+    assert len(started) == 2 * len(BEAM_STEPS), "\n".join(started)
+    assert not list(logs.glob("workers-tmp-*"))  # the workers' TMPDIR, removed after
+    assert not list(launcher.iterdir())  # nothing written where the launcher runs
+    assert not os.path.exists(os.path.join(first_span["work"], "beam_logs"))
+
+
+@pytest.mark.slow
+def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(
+        first_span, tmp_path, capfd, raw_feeds):
+    work = first_span["work"]
     data, base = os.path.join(work, "data"), os.path.join(work, runner.SERVING_DIR)
     root = os.path.join(base, "ctr")
     run = _run_args(work)
 
-    first = _demo(work, raw_feeds, capfd)  # span 1, the demo's settings
+    first = _check_first_span(first_span, raw_feeds)  # span 1, the demo's settings
     assert first["span"] == 1 and first["pushed_version"] == 1 and first["new_push"]
     assert first["training"]["retrained"] == 1 and first["training"]["warm_started_from"] is None
     assert serving.versions(root) == [1]  # the run refused meanwhile pushed nothing
