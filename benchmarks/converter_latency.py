@@ -115,10 +115,10 @@ def time_child(spec: dict) -> None:
     import numpy as np
 
     from tfx_bridge.components.pytorch_model_importer import signature
-    from tfx_bridge.components.trt_optimizer import optimize
+    from tfx_bridge.components.trt_optimizer import measure
 
     specs = signature.parse_input_specs(spec["inputs"])
-    servables = {name: optimize.load_servable(path, spec.get("flags", {}).get(name, ()))
+    servables = {name: measure.load_servable(path, spec.get("flags", {}).get(name, ()))
                  for name, path in spec["models"].items()}
     out: dict = {"onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS"), "p50_ms": {},
                  "p99_ms": {}, "max_abs_vs_ours": {}}
@@ -132,7 +132,7 @@ def time_child(spec: dict) -> None:
                 float(np.max(np.abs(reference[k].astype(np.float64)
                                     - got[k].astype(np.float64)))) if reference[k].size else 0.0
                 for k in reference)
-        timed = optimize.measure_interleaved(calls, spec["iterations"],
+        timed = measure.measure_interleaved(calls, spec["iterations"],
                                              rounds=spec["rounds"], warmup=spec["warmup"])
         for name, lat in timed.items():
             out["p50_ms"].setdefault(name, {})[str(b)] = round(lat.p50_ms, 4)
@@ -199,6 +199,7 @@ def prepare_model(name, args, tmp) -> dict:
     from tfx_bridge.components.pytorch_model_importer import convert
     from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
     from tfx_bridge.components.trt_optimizer import optimize
+    from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
     from tfx_bridge.errors import short_message
 
     inputs, outputs, source = _models([name])[name]
@@ -230,7 +231,7 @@ def prepare_model(name, args, tmp) -> dict:
     opt_dir = os.path.join(tmp, "optimized")
     start = time.perf_counter()
     result = optimize.optimize(dirs["ours"], opt_dir,
-                               optimize.OptimizerConfig(iterations=args.opt_iterations))
+                               OptimizerConfig(iterations=args.opt_iterations))
     row["optimizer"] = {"candidate": result.report["candidate"], "backend": result.backend,
                         "blessed": result.blessed, "serving_flags": result.serving_flags,
                         "seconds": round(time.perf_counter() - start, 1),

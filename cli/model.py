@@ -19,7 +19,8 @@ from tfx_bridge.cli.common import (
 from tfx_bridge.storage import fs, staging
 
 IMPORT_WRITES = ("Format-Serving", "Format-PyTorch", "report.json", "report.md")
-OPTIMIZE_WRITES = ("Format-Serving", "report.json", "report.md", "latency.png", LIBRARY_LOG)
+OPTIMIZE_WRITES = ("Format-Serving", "Format-PyTorch", "report.json", "report.md", "latency.png",
+                   LIBRARY_LOG)
 
 
 def _stage_line(line: str) -> None:
@@ -95,13 +96,15 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
 def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.components.trt_optimizer import detect, optimize
     from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
+    from tfx_bridge.components.trt_optimizer.inputs import resolve_saved_model
+    from tfx_bridge.components.trt_optimizer.results import REPORT_MD
 
     # The settings and the model are checked before the TensorRT probe (seconds).
     config = OptimizerConfig(  # the component's one config, checked the same way
         precision=args.precision, atol=args.atol, topk_threshold=args.topk_threshold,
         iterations=args.iterations,
         candidates=tuple(args.candidates.split(",")) if args.candidates else None)
-    optimize.resolve_saved_model(args.model)
+    resolve_saved_model(args.model)
     progress = Progress(3, enabled=not args.quiet)
     found = detect.probe()
     progress("TensorRT: " + ("available, GPU visible" if found.can_run_tensorrt
@@ -115,7 +118,7 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
     logs = logs.replace(stage, args.output)
     progress(f"Measured {len(result.report['candidates'])} candidate(s); kept "
              f"{result.report['candidate']} (backend {result.backend})" + logs)
-    print(fs.read_text(fs.join(args.output, optimize.REPORT_MD)).rstrip())
+    print(fs.read_text(fs.join(args.output, REPORT_MD)).rstrip())
     progress("Done")
     return {"blessed": result.blessed, "backend": result.backend,
             "precision": result.precision, "requires_gpu": result.requires_gpu,

@@ -1,4 +1,5 @@
-"""TrtOptimizer executor: unpack artifacts, run the core, record backend and blessing."""
+"""TrtOptimizer executor: unpack artifacts, run the core (which writes the whole
+artifact), record backend and blessing."""
 from __future__ import annotations
 
 import os
@@ -15,6 +16,7 @@ from tfx_bridge.artifacts import properties
 from tfx_bridge.components.trt_optimizer import optimize
 from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
 from tfx_bridge.components.trt_optimizer.errors import Drifted
+from tfx_bridge.components.trt_optimizer.results import REPORT_MD
 from tfx_bridge.components.trt_optimizer.spec import (
     BACKEND_PROPERTY,
     BLESSED_PROPERTY,
@@ -28,8 +30,6 @@ from tfx_bridge.components.trt_optimizer.spec import (
     REQUIRES_GPU_PROPERTY,
     SERVING_FLAGS_PROPERTY,
 )
-from tfx_bridge.storage import fs
-from tfx_bridge.torch import model as torch_model
 
 
 class Executor(base_executor.BaseExecutor):
@@ -47,11 +47,6 @@ class Executor(base_executor.BaseExecutor):
         config = OptimizerConfig.from_json(exec_properties[CONFIG_KEY])
         result = optimize.optimize(source, out.uri, config, examples_dir=examples)
         report = result.report
-        # The PyTorch form travels with the model (docs/ARCHITECTURE.md): once this
-        # artifact is blessed, the next training warm-starts from it.
-        pytorch = torch_model.folder_of(model.uri)
-        if torch_model.has_model(pytorch):
-            fs.copy_tree(pytorch, torch_model.folder_of(out.uri))
         out.set_int_custom_property(BLESSED_PROPERTY, 1 if result.blessed else 0)
         out.set_string_custom_property(BACKEND_PROPERTY, result.backend)
         out.set_string_custom_property(PRECISION_PROPERTY, result.precision)
@@ -66,4 +61,4 @@ class Executor(base_executor.BaseExecutor):
         if not result.blessed and config.fail_on_drift:
             raise Drifted(
                 f"The {result.backend} model drifted from the original (report: "
-                f"{os.path.join(out.uri, optimize.REPORT_MD)}).")
+                f"{os.path.join(out.uri, REPORT_MD)}).")

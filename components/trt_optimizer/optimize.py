@@ -45,21 +45,10 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfx_bridge.artifacts.savedmodel import (  # noqa: F401 (optimize's API)
-    SERVING_SIGNATURE,
-    TFLITE_FILE,
-    TFLITE_FLAG,
-    XLA_FLAG,
-)
-from tfx_bridge.components.trt_optimizer.candidates import (  # noqa: F401 (optimize's API)
+from tfx_bridge.artifacts.savedmodel import SERVING_SIGNATURE
+from tfx_bridge.components.trt_optimizer.candidates import (
     BACKEND,
-    CANDIDATE_FLAG,
-    CPU_BACKENDS,
-    CPU_CANDIDATES,
     DEFAULT_CPU_CANDIDATES,
-    NATIVE_SEGMENT_ENV,
-    TRT_WORKER_MODULE,
-    build_cpu_candidate,
     convert_tensorrt,
     cpu_builders,
     engines_only,
@@ -67,68 +56,73 @@ from tfx_bridge.components.trt_optimizer.candidates import (  # noqa: F401 (opti
 from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
 from tfx_bridge.components.trt_optimizer.detect import Probe
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError
-from tfx_bridge.components.trt_optimizer.inputs import (  # noqa: F401 (optimize's API)
+from tfx_bridge.components.trt_optimizer.inputs import (
     input_specs,
     representative_inputs,
     resolve_saved_model,
 )
-from tfx_bridge.components.trt_optimizer.measure import (  # noqa: F401 (optimize's API)
-    Servable,
+from tfx_bridge.components.trt_optimizer.measure import (
     drift,
     load_servable,
-    measure,
     measure_interleaved,
     tf_servable,
 )
-from tfx_bridge.components.trt_optimizer.report import (  # noqa: F401 (optimize's API)
-    build_report,
-    kept_original_notes,
-    serving_notes,
-    write_report,
-)
-from tfx_bridge.components.trt_optimizer.results import (  # noqa: F401 (optimize's API)
+from tfx_bridge.components.trt_optimizer.report import build_report, write_report
+from tfx_bridge.components.trt_optimizer.results import (
     BACKEND_ORIGINAL,
     BACKEND_TENSORRT,
-    DEFAULT_ATOL,
     DEFAULT_BATCHES,
-    DEFAULT_ITERATIONS,
-    DEFAULT_OP_DENYLIST,
-    IMPORTER_REPORT,
-    NOXLA_SIGNATURE,
-    PRECISIONS,
-    REPORT_JSON,
-    REPORT_MD,
-    REPORT_PNG,
     SERVING_DIR,
-    TRANSFORM_WRAPPED_ATTRIBUTES,
     CandidateResult,
-    Drift,
-    Latency,
     OptimizeResult,
 )
 from tfx_bridge.errors import short_message
 from tfx_bridge.storage import fs
+from tfx_bridge.torch import model as torch_model
 
 
 def optimize(model_path: str, output_dir: str, config: Optional[OptimizerConfig] = None,
              examples_dir: Optional[str] = None, batches: Sequence[int] = DEFAULT_BATCHES,
              probe: Optional[Probe] = None,
              extra_candidates: Optional[Dict[str, Callable]] = None) -> OptimizeResult:
-    """Optimizes ``model_path`` into ``output_dir``; either may be a URI.
+    """Optimizes ``model_path`` into ``output_dir``, the whole Model artifact; either
+    may be a URI. The component's executor and ``tfx-bridge optimize`` both call it.
+
+    ``model_path`` is a SavedModel folder or a Model artifact folder (the
+    importer's: ``Format-Serving/`` with its report beside it). The artifact
+    written holds ``Format-Serving/``, the report (:func:`optimize_local`) and the
+    input's ``Format-PyTorch/`` when it has one: the PyTorch form travels with
+    the model, so a blessed optimized model is what the next training warm-starts
+    from (docs/ARCHITECTURE.md).
 
     TF-TRT, XLA and the TFLite converter work on local folders: a remote model
-    (its Model artifact folder, with the importer's report beside
-    Format-Serving) is copied to a local folder first, the output is written
-    locally and uploaded when every step has finished, and both copies are
-    removed. The arguments are :func:`optimize_local`'s.
+    folder is copied to a local folder first, the output is written locally and
+    uploaded when every step has finished, and both copies are removed. The other
+    arguments are :func:`optimize_local`'s.
     """
-    if not (fs.is_remote(model_path) or fs.is_remote(output_dir)):
-        return optimize_local(model_path, output_dir, config, examples_dir, batches, probe,
-                              extra_candidates)
-    resolve_saved_model(model_path)  # a clear refusal before anything is copied
-    with fs.staged_locally(model_path, output=output_dir) as (local_model, local_out):
-        return optimize_local(local_model, local_out, config, examples_dir, batches, probe,
-                              extra_candidates)
+    source = resolve_saved_model(model_path)  # a clear refusal before anything is copied
+    model_dir = model_folder(source)
+    with fs.staged_locally(model_dir or source, output=output_dir) as (local_in, local_out):
+        local_source = fs.join(local_in, SERVING_DIR) if model_dir else local_in
+        result = optimize_local(local_source, local_out, config, examples_dir, batches, probe,
+                                extra_candidates)
+        if model_dir is not None:
+            carry_pytorch(local_in, local_out)
+    return result
+
+
+def model_folder(saved_model_dir: str) -> Optional[str]:
+    """The Model artifact folder holding ``saved_model_dir`` as its ``Format-Serving/``,
+    or None for a SavedModel folder that stands alone."""
+    path = saved_model_dir.rstrip("/")
+    return fs.dirname(path) if fs.basename(path) == SERVING_DIR else None
+
+
+def carry_pytorch(model_dir: str, output_dir: str) -> None:
+    """Copies the input Model's ``Format-PyTorch/`` (when it has one) into the output's."""
+    pytorch = torch_model.folder_of(model_dir)
+    if torch_model.has_model(pytorch):
+        fs.copy_tree(pytorch, torch_model.folder_of(output_dir))
 
 
 def optimize_local(model_path: str, output_dir: str, config: Optional[OptimizerConfig] = None,
@@ -249,6 +243,6 @@ def choose(results: List[CandidateResult], trt: bool) -> CandidateResult:
     return best
 
 
-__all__ = ["optimize", "choose", "drift", "measure"]
+__all__ = ["optimize", "optimize_local", "choose"]
 
 

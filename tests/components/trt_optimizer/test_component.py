@@ -12,7 +12,7 @@ from tfx import v1 as tfx  # noqa: E402
 
 from tfx_bridge.artifacts import properties  # noqa: E402
 from tfx_bridge.components import PyTorchModelImporter, TrtOptimizer  # noqa: E402
-from tfx_bridge.components.trt_optimizer import optimize  # noqa: E402
+from tfx_bridge.components.trt_optimizer import candidates  # noqa: E402
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError  # noqa: E402
 from tfx_bridge.pipelines import demo_models, runner  # noqa: E402
 
@@ -37,7 +37,7 @@ def test_pipeline_importer_then_optimizer_records_backend(tmp_path):
     model = [m for m in runner.latest_artifacts(metadata, "Model") if "TrtOptimizer" in m.uri][0]
     props = model.custom_properties
     assert props["blessed"].int_value == 1
-    assert props["backend"].string_value in optimize.CPU_BACKENDS
+    assert props["backend"].string_value in candidates.CPU_BACKENDS
     assert props["requires_gpu"].int_value == 0
     assert props["precision"].string_value == "fp32"
     with open(os.path.join(model.uri, "report.json")) as f:

@@ -14,7 +14,15 @@ torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 
 import tensorflow as tf  # noqa: E402
 
-from tfx_bridge.components.trt_optimizer import detect, optimize  # noqa: E402
+from tfx_bridge.artifacts import savedmodel  # noqa: E402
+from tfx_bridge.components.trt_optimizer import (  # noqa: E402
+    candidates,
+    detect,
+    inputs,
+    measure,
+    optimize,
+    results,
+)
 from tfx_bridge.components.trt_optimizer.config import OptimizerConfig  # noqa: E402
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError  # noqa: E402
 
@@ -38,7 +46,7 @@ def imported_mlp(reference_imports):
 
 def _perturbed(loaded, out):
     """A fast variant that is wrong: XLA over frozen weights, scores nudged by 1e-3."""
-    built = optimize.build_cpu_candidate("xla-frozen", loaded, out + "_inner")
+    built = candidates.build_cpu_candidate("xla-frozen", loaded, out + "_inner")
     inner = tf.saved_model.load(out + "_inner")
     fn = inner.signatures["serving_default"]
     specs = fn.structured_input_signature[1]
@@ -71,7 +79,7 @@ def test_probe_without_tensorrt_reports_reason_and_survives():
 def test_cpu_path_end_to_end_rejects_perturbed_candidate(imported_moe, tmp_path):
     out = str(tmp_path / "opt")
     result = optimize.optimize(imported_moe, out, OptimizerConfig(
-        iterations=30, candidates=optimize.CPU_CANDIDATES), probe=probe(),
+        iterations=30, candidates=candidates.CPU_CANDIDATES), probe=probe(),
         extra_candidates={"perturbed": _perturbed})
     report = result.report
     by_name = {c["name"]: c for c in report["candidates"]}
@@ -85,10 +93,10 @@ def test_cpu_path_end_to_end_rejects_perturbed_candidate(imported_moe, tmp_path)
     assert report["tensorrt"]["ran"] is False and result.backend != "tensorrt"
     assert result.requires_gpu is False
     if result.backend == "xla-cpu":
-        assert result.serving_flags == [optimize.XLA_FLAG]
+        assert result.serving_flags == [savedmodel.XLA_FLAG]
         sigs = tf.saved_model.load(os.path.join(out, "Format-Serving")).signatures
         assert {"serving_default", "serving_default_noxla", "serving_tf_example"} <= set(sigs)
-    for name in (optimize.REPORT_JSON, optimize.REPORT_MD, optimize.REPORT_PNG):
+    for name in (results.REPORT_JSON, results.REPORT_MD, results.REPORT_PNG):
         assert os.path.getsize(os.path.join(out, name)) > 0
     # The kept model still computes what the original computed, experts exactly.
     x = np.random.default_rng(9).uniform(-1, 1, (32, 16)).astype(np.float32)
@@ -105,15 +113,33 @@ def test_default_cpu_run_needs_no_experimental_serving_flag(imported_mlp, tmp_pa
     out = str(tmp_path / "opt")
     result = optimize.optimize(imported_mlp, out, OptimizerConfig(iterations=20), probe=probe())
     names = [c["name"] for c in result.report["candidates"]]
-    assert names == ["original", *optimize.DEFAULT_CPU_CANDIDATES]
+    assert names == ["original", *candidates.DEFAULT_CPU_CANDIDATES]
     assert "tflite" not in names and not any(n.startswith("xla") for n in names)
     assert result.serving_flags == [] and result.report["serving_flags"] == []
-    assert not os.path.exists(os.path.join(out, "Format-Serving", optimize.TFLITE_FILE))
-    if result.backend == optimize.BACKEND_ORIGINAL:
+    assert not os.path.exists(os.path.join(out, "Format-Serving", savedmodel.TFLITE_FILE))
+    if result.backend == results.BACKEND_ORIGINAL:
         note = result.report["serving_notes"][-1]
         assert note.startswith("Kept the original SavedModel: nothing faster exists")
-        assert f"tflite ({optimize.TFLITE_FLAG})" in note
+        assert f"tflite ({savedmodel.TFLITE_FLAG})" in note
         assert "Kept the original SavedModel" in open(os.path.join(out, "report.md")).read()
+
+
+@pytest.mark.slow
+def test_optimize_model_folder_on_s3_writes_whole_artifact_there(imported_mlp, s3_bucket):
+    from tfx_bridge.storage import fs
+    from tfx_bridge.torch import model as torch_model
+
+    source, out = fs.join(s3_bucket, "imported"), fs.join(s3_bucket, "optimized")
+    fs.copy_tree(imported_mlp, source)
+    # Given the SavedModel inside the Model folder, as the executor gives it.
+    result = optimize.optimize(fs.join(source, results.SERVING_DIR), out,
+                               OptimizerConfig(iterations=10), probe=probe())
+    assert result.blessed
+    assert sorted(fs.listdir(out)) == sorted(os.listdir(imported_mlp) + ["latency.png"])
+    weights = torch_model.folder_of(imported_mlp)
+    for name in os.listdir(weights):
+        assert fs.read_bytes(fs.join(torch_model.folder_of(out), name)) == \
+            open(os.path.join(weights, name), "rb").read()
 
 
 @pytest.mark.slow
@@ -130,11 +156,11 @@ def test_tflite_candidate_matches_original_and_keeps_savedmodel(imported_mlp, tm
     sigs = tf.saved_model.load(serving_dir).signatures
     assert {"serving_default", "serving_tf_example"} <= set(sigs)
     if result.backend == "tflite-cpu":
-        assert result.serving_flags == [optimize.TFLITE_FLAG]
+        assert result.serving_flags == [savedmodel.TFLITE_FLAG]
         note = result.report["serving_notes"][0]
         assert "serving_tf_example stays in the SavedModel" in note
         assert "marked experimental in TF Serving, server-wide" in note
-        servable = optimize.load_servable(serving_dir, result.serving_flags)
+        servable = measure.load_servable(serving_dir, result.serving_flags)
         x = np.random.default_rng(3).normal(size=(7, 8)).astype(np.float32)
         want = sigs["serving_default"](x=tf.constant(x))["logits"].numpy()
         np.testing.assert_allclose(servable.outputs({"x": x})["logits"], want, atol=1e-5)
@@ -142,9 +168,9 @@ def test_tflite_candidate_matches_original_and_keeps_savedmodel(imported_mlp, tm
 
 def test_choose_fastest_passing_candidate_or_original():
     def cand(name, p50s, ok=True):
-        r = optimize.CandidateResult(name, name, [])
-        r.latency = [optimize.Latency(b, p, p) for b, p in zip((1, 32), p50s, strict=True)]
-        r.drift = [optimize.Drift("y", "float32", 0.0, 0.0, 0, None, ok)]
+        r = results.CandidateResult(name, name, [])
+        r.latency = [results.Latency(b, p, p) for b, p in zip((1, 32), p50s, strict=True)]
+        r.drift = [results.Drift("y", "float32", 0.0, 0.0, 0, None, ok)]
         return r
 
     base = cand("original", (1.0, 2.0))
@@ -157,19 +183,19 @@ def test_choose_fastest_passing_candidate_or_original():
 
 
 def test_engines_only_sets_then_restores_environment(monkeypatch):
-    monkeypatch.setenv(optimize.NATIVE_SEGMENT_ENV, "True")
-    with optimize.engines_only(True):
-        assert os.environ[optimize.NATIVE_SEGMENT_ENV] == "False"
-    assert os.environ[optimize.NATIVE_SEGMENT_ENV] == "True"
-    monkeypatch.delenv(optimize.NATIVE_SEGMENT_ENV)
-    with pytest.raises(RuntimeError), optimize.engines_only(True):
+    monkeypatch.setenv(candidates.NATIVE_SEGMENT_ENV, "True")
+    with candidates.engines_only(True):
+        assert os.environ[candidates.NATIVE_SEGMENT_ENV] == "False"
+    assert os.environ[candidates.NATIVE_SEGMENT_ENV] == "True"
+    monkeypatch.delenv(candidates.NATIVE_SEGMENT_ENV)
+    with pytest.raises(RuntimeError), candidates.engines_only(True):
         raise RuntimeError("validation failed")
-    assert optimize.NATIVE_SEGMENT_ENV not in os.environ
+    assert candidates.NATIVE_SEGMENT_ENV not in os.environ
 
 
 def test_drift_changed_dtype_is_drift():
     ref = {"experts": np.array([[0, 1]], np.int64)}
-    [d] = optimize.drift(ref, {"experts": ref["experts"].astype(np.int32)}, 1e-4, 0.0, 1.0)
+    [d] = measure.drift(ref, {"experts": ref["experts"].astype(np.int32)}, 1e-4, 0.0, 1.0)
     assert not d.ok
 
 
@@ -182,12 +208,12 @@ def test_optimize_unknown_candidate_refused(imported_mlp, tmp_path):
 def test_drift_integer_outputs_exact_or_topk_threshold():
     ref = {"experts": np.array([[0, 1], [2, 3]]), "score": np.array([0.5, 0.25], np.float32)}
     swapped = {"experts": np.array([[1, 0], [2, 3]]), "score": ref["score"]}
-    exact = optimize.drift(ref, swapped, 1e-4, 0.0, 1.0)
+    exact = measure.drift(ref, swapped, 1e-4, 0.0, 1.0)
     assert [d.ok for d in exact if d.output == "experts"] == [False]
-    relaxed = optimize.drift(ref, swapped, 1e-4, 0.0, 0.99)
+    relaxed = measure.drift(ref, swapped, 1e-4, 0.0, 0.99)
     experts = next(d for d in relaxed if d.output == "experts")
     assert experts.ok and experts.topk_agreement == 1.0  # same sets, other order
-    off = optimize.drift(ref, {"experts": ref["experts"], "score": ref["score"] + 1e-3},
+    off = measure.drift(ref, {"experts": ref["experts"], "score": ref["score"] + 1e-3},
                          1e-4, 0.0, 1.0)
     assert [d.ok for d in off if d.output == "score"] == [False]
 
@@ -221,7 +247,7 @@ def test_cli_optimize_json_reports_backend(imported_moe, tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary["backend"] in optimize.CPU_BACKENDS
+    assert summary["backend"] in candidates.CPU_BACKENDS
     assert summary["tensorrt_ran"] is False and summary["requires_gpu"] is False
     assert "TensorRT: not used" in proc.stderr
 
@@ -237,8 +263,8 @@ def test_representative_inputs_held_out_rows_disjoint_from_timing_rows(tmp_path)
             ex.features.feature["x"].int64_list.value.append(i)
             writer.write(ex.SerializeToString())
     specs = [tensorspec.TensorSpec("x", "int64", (-1,))]
-    timing = optimize.representative_inputs(specs, 32, seed=1, examples_dir=str(tmp_path))
-    held = optimize.representative_inputs(specs, 32, seed=2, examples_dir=str(tmp_path),
+    timing = inputs.representative_inputs(specs, 32, seed=1, examples_dir=str(tmp_path))
+    held = inputs.representative_inputs(specs, 32, seed=2, examples_dir=str(tmp_path),
                                           held_out=True)
     assert len(timing["x"]) == len(held["x"]) == 32
     assert not set(timing["x"].tolist()) & set(held["x"].tolist())

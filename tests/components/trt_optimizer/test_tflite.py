@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfx_bridge.components.trt_optimizer import optimize, tflite
+from tfx_bridge.artifacts import savedmodel
+from tfx_bridge.components.trt_optimizer import measure, tflite
 from tfx_bridge.components.trt_optimizer.errors import OptimizerError
 
 
@@ -51,11 +52,11 @@ def test_build_erf_model_lowers_erf_and_matches(tmp_path):
     # graphs are not fused either: see the MoE test in test_optimize.py).
     source = _save(str(tmp_path / "erf"), lambda v: tf.math.erf(v) + v)
     built = tflite.build(source, str(tmp_path / "lite"))
-    assert built.flags == [optimize.TFLITE_FLAG]
+    assert built.flags == [savedmodel.TFLITE_FLAG]
     assert built.notes and "Erf lowered" in built.notes[0]
     # The SavedModel is copied unchanged beside model.tflite.
     assert os.path.exists(os.path.join(tmp_path, "lite", "saved_model.pb"))
-    servable = optimize.load_servable(str(tmp_path / "lite"), built.flags)
+    servable = measure.load_servable(str(tmp_path / "lite"), built.flags)
     x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     want = tf.saved_model.load(source).signatures["serving_default"](x=tf.constant(x))["y"]
     np.testing.assert_allclose(servable.outputs({"x": x})["y"], want.numpy(), atol=1e-6)
