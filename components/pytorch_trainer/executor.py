@@ -123,8 +123,8 @@ def _train(run_fn, fn_args, exec_properties: Dict[str, Any], workers: int) -> No
 @contextlib.contextmanager
 def _pipeline_examples(examples: List[types.Artifact]):
     """The run_fn (and its ranks, which inherit the environment) reads these
-    Examples with TF's reader: the pipeline's components wrote them (README,
-    "The reader")."""
+    Examples with TF's reader: the pipeline's components wrote them
+    (docs/guides/reader.md)."""
     with envvars.scoped(PIPELINE_EXAMPLES_ENV, json.dumps([a.uri for a in examples])):
         yield
 

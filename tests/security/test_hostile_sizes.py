@@ -181,7 +181,7 @@ def test_module_class_checked_in_its_source_before_it_is_imported(tmp_path, monk
     assert not marker.exists()
     monkeypatch.delenv(torch_model.ALLOWED_MODULES_ENV)
     assert issubclass(torch_model.import_module_class("hostile_mod:Net"), torch.nn.Module)
-    assert marker.exists()  # a class: imported, as trusted code (README)
+    assert marker.exists()  # a class: imported, as trusted code (docs/TRUST.md)
 
 
 def test_json_depth_scan_of_unterminated_escaped_quotes_returns_not_hangs():

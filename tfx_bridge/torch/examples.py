@@ -31,7 +31,9 @@ Memory is bounded by ``chunk_records`` records when streaming, and by
   sorts them by value and permutes them by ``(seed, epoch)`` (:meth:`set_epoch`),
   reusing them in later epochs. Who reads a record and when depend on the records
   and seed only, not on the files a runner wrote: DirectRunner and portable runs
-  of the same inputs train the same weights. Over ``memory_bytes`` a reader, it
+  of the same inputs feed the same records in the same order (their values may
+  differ in a float's last bit where Transform's analyzers combined partial
+  results in another order). Over ``memory_bytes`` a reader, it
   streams (files permuted, records within chunks; a warning says so).
 - **Sharding** without shuffling splits the files, or the chunks when fewer
   files than readers. Either way each record is read once per epoch.
