@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from tfx_bridge.cli import run_env
 from tfx_bridge.cli.common import (
@@ -18,13 +18,17 @@ from tfx_bridge.cli.common import (
     positive_int,
     shown,
 )
+from tfx_bridge.pipelines.config import PipelineConfig
 from tfx_bridge.storage import fs
 
 DEFAULT_DEMO_DIR = "demo_output"
-DEFAULT_TRAIN_STEPS = 150
+DEFAULTS = PipelineConfig.defaults()  # every run-level option's default, declared there
 
 
 def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
+    config = PipelineConfig(train_steps=args.train_steps,  # checked before the slow imports
+                            optimizer_iterations=args.optimizer_iterations,
+                            lock_timeout_s=args.lock_timeout)
     run_env.loading(args)
     from tfx_bridge.pipelines import runner
 
@@ -41,15 +45,15 @@ def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
     serving_base = fs.join(root, runner.SERVING_DIR)
     settings = run_env.beam_settings(args)
     beam = run_env.object_store_run([root, serving_base])
-    with run_env.run_lock(args, workdir), run_env.run_lock(args, serving_base, "ctr"):
-        return _demo(args, workdir, root, data_root, pipeline_root, serving_base,
+    with run_env.run_lock(args, workdir, config.lock_timeout_s), \
+            run_env.run_lock(args, serving_base, config.lock_timeout_s, config.model_name):
+        return _demo(args, config, workdir, root, data_root, pipeline_root, serving_base,
                      (settings, beam))
 
 
-def _demo(args: argparse.Namespace, workdir: str, root: str, data_root: str,
-          pipeline_root: str, serving_base: str, beam_run) -> Dict[str, Any]:
+def _demo(args: argparse.Namespace, config: PipelineConfig, workdir: str, root: str,
+          data_root: str, pipeline_root: str, serving_base: str, beam_run) -> Dict[str, Any]:
     from tfx_bridge.pipelines import demo_data, runner
-    from tfx_bridge.pipelines import pipeline as pipelines
 
     progress = Progress(4 if args.hand_over else 3, enabled=not args.quiet)
     folders = demo_data.write_demo_spans(data_root, spans=range(1, args.spans + 1),
@@ -59,21 +63,17 @@ def _demo(args: argparse.Namespace, workdir: str, root: str, data_root: str,
         from tfx_bridge.pipelines import train_demo_model
 
         research = fs.join(root, runner.RESEARCH_DIR, fs.basename(folders[-1]))
-        card = train_demo_model.train(folders[-1], research, steps=args.train_steps)
+        card = train_demo_model.train(folders[-1], research, steps=config.train_steps)
         progress(f"Trained the demo CtrMoE model outside the pipeline ({card['steps']} "
                  f"steps, loss {card['final_loss']}) into {research}")
-        options: Dict[str, Any] = {}
         chain = "PyTorchModelImporter (hand-over)"
     else:
         research = None
-        options = {"preprocessing_module": pipelines.DEMO_PREPROCESSING,
-                   "trainer_module": pipelines.DEMO_TRAINER, "train_steps": args.train_steps}
         chain = "Transform -> PyTorchTrainer -> PyTorchModelImporter"
     with run_env.beam_args(args, beam_run[0], workdir, beam_run[1]) as beam, \
             run_env.watched(args, workdir), library_logs(workdir, args.debug) as logs:
-        result = runner.run_full(workdir, data_root, research, serving_base,
-                                 beam_pipeline_args=beam, pipeline_root=pipeline_root,
-                                 optimizer_iterations=args.optimizer_iterations, **options)
+        result = runner.run_full(workdir, data_root, research, serving_base, config,
+                                 beam_pipeline_args=beam, pipeline_root=pipeline_root)
     progress("Ran ParquetExampleGen -> StatisticsGen -> ImportSchemaGen -> SchemaGuard -> "
              f"{chain} -> TrtOptimizer -> Evaluator -> ServingPusher" + logs)
     run_env.print_run_summary(result)
@@ -89,7 +89,7 @@ def cmd_compile_kfp(args: argparse.Namespace) -> Dict[str, Any]:
     progress = Progress(3, enabled=not args.quiet)
     progress(f"Compiling the pipeline for Kubeflow Pipelines V2 into {args.output} (TFX "
              "loads first: some seconds)")
-    options = _mode_options(args)
+    config, transform_source = _mode_config(args)
     settings = run_env.beam_settings(args)
     if settings.local_portable:
         raise UsageError("compile-kfp --beam-runner portable: give the cluster's "
@@ -97,15 +97,13 @@ def cmd_compile_kfp(args: argparse.Namespace) -> Dict[str, Any]:
                          "start local Beam services for the others).")
     # A .py module file is packaged from this machine: check it now. A dotted path may
     # name a package only the image holds, so it is the tasks' to import.
-    _check_user_modules({k: v for k, v in options.items()
-                         if isinstance(v, str) and v.endswith(".py")})
+    _check_user_modules(config, files_only=True)
 
     path = kfp_compile.compile_pipeline(
         args.output, args.pipeline_root, args.data_root, args.model_source,
-        args.serving_base_path, image=args.image,
+        args.serving_base_path, config, image=args.image,
         contract_path=args.contract, schema_path=args.schema,
-        evaluate=not args.no_evaluate, optimizer_iterations=args.optimizer_iterations,
-        beam_runner=settings, **options)
+        transform_source=transform_source, beam_runner=settings)
     progress(f"Built the pipeline ({'hand-over' if args.model_source else 'training'} "
              f"mode) and compiled it with KubeflowV2DagRunner for image {args.image}")
     print(f"Wrote {path}")
@@ -113,46 +111,50 @@ def cmd_compile_kfp(args: argparse.Namespace) -> Dict[str, Any]:
     return {"output": path, "image": args.image}
 
 
-def _mode_options(args: argparse.Namespace) -> Dict[str, Any]:
-    """Train in the pipeline (no --model-source: Transform + PyTorchTrainer with the
+def _mode_config(args: argparse.Namespace) -> Tuple[PipelineConfig, Optional[str]]:
+    """The run's PipelineConfig from its options, and the hand-over's transform source.
+    Train in the pipeline (no --model-source: Transform + PyTorchTrainer with the
     given or demo modules), or hand over weights (--model-source; Transform only
     with --preprocessing-module, its graph from --transform-source if given)."""
-    from tfx_bridge.pipelines import pipeline as pipelines
-
     if args.model_source is None:
         if args.transform_source:
             raise UsageError("--transform-source is for hand-over mode: give --model-source.")
-        options = {"preprocessing_module": args.preprocessing_module
-                   or pipelines.DEMO_PREPROCESSING,
-                   "trainer_module": args.trainer_module or pipelines.DEMO_TRAINER,
-                   "train_steps": args.train_steps}
-        if args.trainer_workers is not None:  # PyTorchTrainer: torch.distributed ranks
-            options["custom_config"] = {"num_workers": args.trainer_workers}
-        return options
-    if args.trainer_workers is not None:
+    elif args.trainer_workers is not None:
         raise UsageError("--trainer-workers trains in the pipeline; --model-source hands "
                          "over weights: give one of them.")
-    if args.trainer_module:
+    elif args.trainer_module:
         raise UsageError("--trainer-module trains in the pipeline; --model-source hands "
                          "over weights: give one of them.")
-    if args.transform_source and not args.preprocessing_module:
+    elif args.transform_source and not args.preprocessing_module:
         raise UsageError("--transform-source needs --preprocessing-module (the "
                          "preprocessing_fn the transform graph was made with).")
-    return {"preprocessing_module": args.preprocessing_module,
-            "transform_source": args.transform_source}
+    config = PipelineConfig(
+        model_name=getattr(args, "model_name", DEFAULTS.model_name),
+        preprocessing_module=args.preprocessing_module, trainer_module=args.trainer_module,
+        train_steps=args.train_steps, evaluate=not args.no_evaluate,
+        optimizer_iterations=args.optimizer_iterations,
+        lock_timeout_s=getattr(args, "lock_timeout", DEFAULTS.lock_timeout_s),
+        # PyTorchTrainer: torch.distributed ranks
+        custom_config=None if args.trainer_workers is None
+        else {"num_workers": args.trainer_workers})
+    from tfx_bridge.pipelines import pipeline as pipelines  # TFX: after the checks
+
+    return pipelines.with_demo_modules(config, args.model_source), args.transform_source
 
 
-def _check_user_modules(options: Dict[str, Any]) -> None:
+def _check_user_modules(config: PipelineConfig, files_only: bool = False) -> None:
     """Every run imports the user's functions before the pipeline starts (see
     pipelines/user_modules.py): TFX would find a typo minutes in, or, on an unchanged
-    span, not at all until the next new one."""
+    span, not at all until the next new one. ``files_only``: only module files (.py),
+    which compile-kfp packages from this machine; a dotted path may name a package
+    only the image holds."""
     from tfx_bridge.pipelines.user_modules import check_user_function
 
-    for key, function, flag in (("preprocessing_module", "preprocessing_fn",
-                                 "--preprocessing-module"),
-                                ("trainer_module", "run_fn", "--trainer-module")):
-        if options.get(key):
-            check_user_function(options[key], function, flag)
+    for module, function, flag in ((config.preprocessing_module, "preprocessing_fn",
+                                    "--preprocessing-module"),
+                                   (config.trainer_module, "run_fn", "--trainer-module")):
+        if module and (module.endswith(".py") or not files_only):
+            check_user_function(module, function, flag)
 
 
 def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -162,7 +164,7 @@ def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
     progress = Progress(2, enabled=not args.quiet)
     workdir = shown(args.workdir)
     pipeline_root = args.pipeline_root or os.path.join(workdir, runner.PIPELINE_ROOT_DIR)
-    options = _mode_options(args)
+    config, transform_source = _mode_config(args)
     settings = run_env.beam_settings(args)
     beam = (settings, run_env.object_store_run([args.data_root, *([args.model_source]
                                                            if args.model_source else []),
@@ -171,15 +173,18 @@ def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
     # them, the workdir holds its lock file, and the serving base path only past the
     # user modules' check).
     model_source, note = runner.check_run_inputs(args.data_root, args.model_source)
-    with run_env.run_lock(args, workdir):  # a busy workdir is refused before the user's imports
-        _check_user_modules(options)
-        with run_env.run_lock(args, args.serving_base_path, args.model_name):
-            return _run(args, workdir, pipeline_root, options, beam, progress, model_source,
-                        note)
+    # A busy workdir is refused before the user's imports.
+    with run_env.run_lock(args, workdir, config.lock_timeout_s):
+        _check_user_modules(config)
+        with run_env.run_lock(args, args.serving_base_path, config.lock_timeout_s,
+                              config.model_name):
+            return _run(args, config, transform_source, workdir, pipeline_root, beam,
+                        progress, model_source, note)
 
 
-def _run(args: argparse.Namespace, workdir: str, pipeline_root: str, options, beam,
-         progress, model_source: Optional[str], note: Optional[str]) -> Dict[str, Any]:
+def _run(args: argparse.Namespace, config: PipelineConfig, transform_source: Optional[str],
+         workdir: str, pipeline_root: str, beam, progress, model_source: Optional[str],
+         note: Optional[str]) -> Dict[str, Any]:
     from tfx_bridge.pipelines import runner
 
     if note and not args.quiet:
@@ -187,10 +192,8 @@ def _run(args: argparse.Namespace, workdir: str, pipeline_root: str, options, be
     with run_env.beam_args(args, beam[0], workdir, beam[1]) as beam_args, \
             run_env.watched(args, workdir), library_logs(workdir, args.debug) as logs:
         result = runner.run_full(workdir, args.data_root, model_source,
-                                 args.serving_base_path, model_name=args.model_name,
-                                 evaluate=not args.no_evaluate, beam_pipeline_args=beam_args,
-                                 pipeline_root=pipeline_root,
-                                 optimizer_iterations=args.optimizer_iterations, **options)
+                                 args.serving_base_path, config, beam_pipeline_args=beam_args,
+                                 pipeline_root=pipeline_root, transform_source=transform_source)
     progress("Pipeline run finished" + logs)
     run_env.print_run_summary(result)
     progress("Done")
@@ -210,7 +213,7 @@ def _add_mode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trainer-module", default=None,
                    help="PyTorchTrainer's run_fn: pkg.mod.run_fn or a .py module file "
                         "(default: the demo's)")
-    p.add_argument("--train-steps", type=positive_int, default=DEFAULT_TRAIN_STEPS,
+    p.add_argument("--train-steps", type=positive_int, default=DEFAULTS.train_steps,
                    help="PyTorchTrainer steps (train_args.num_steps)")
     p.add_argument("--trainer-workers", type=positive_int, default=None,
                    help="PyTorchTrainer processes under torch.distributed (gloo on CPU, "
@@ -251,9 +254,15 @@ def _add_beam(p: argparse.ArgumentParser) -> None:
 
 
 def _add_lock_timeout(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lock-timeout", type=_seconds, default=0.0,
+    p.add_argument("--lock-timeout", type=_seconds, default=DEFAULTS.lock_timeout_s,
                    help="seconds to wait for another run of this workdir or served model "
                         "before exit 4 (busy); default: refuse at once")
+
+
+def _add_optimizer_iterations(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--optimizer-iterations", type=positive_int,
+                   default=DEFAULTS.optimizer_iterations,
+                   help="TrtOptimizer's timed calls per candidate and batch size")
 
 
 def add_parser(sub) -> None:
@@ -265,10 +274,9 @@ def add_parser(sub) -> None:
                       help=f"where data, artifacts and MLMD go (default ./{DEFAULT_DEMO_DIR})")
     demo.add_argument("--spans", type=positive_int, default=2, help="span folders to generate")
     demo.add_argument("--rows", type=positive_int, default=3000, help="rows per span")
-    demo.add_argument("--train-steps", type=positive_int, default=DEFAULT_TRAIN_STEPS,
+    demo.add_argument("--train-steps", type=positive_int, default=DEFAULTS.train_steps,
                       help="training steps (fixed with the seed: a rerun trains nothing new)")
-    demo.add_argument("--optimizer-iterations", type=positive_int, default=50,
-                      help="TrtOptimizer's timed calls per candidate and batch size")
+    _add_optimizer_iterations(demo)
     demo.add_argument("--hand-over", action="store_true",
                       help="research hand-over mode: train outside the pipeline and import "
                            "the weights folder (default: Transform + PyTorchTrainer)")
@@ -290,8 +298,7 @@ def add_parser(sub) -> None:
     _add_mode(kfp_p)
     kfp_p.add_argument("--no-evaluate", action="store_true", help="leave out the Evaluator gate")
     _add_beam(kfp_p)
-    kfp_p.add_argument("--optimizer-iterations", type=positive_int, default=50,
-                       help="TrtOptimizer's timed calls per candidate and batch size")
+    _add_optimizer_iterations(kfp_p)
     kfp_p.add_argument("--serving-base-path", default="/models")
     kfp_p.add_argument("--image", required=True,
                        help="the component image built from kubeflow/Dockerfile and pushed "
@@ -309,15 +316,14 @@ def add_parser(sub) -> None:
     run.add_argument("--data-root", required=True, help="folder with span-<n>/ Parquet folders")
     _add_mode(run)
     run.add_argument("--serving-base-path", required=True)
-    run.add_argument("--model-name", default="ctr")
+    run.add_argument("--model-name", default=DEFAULTS.model_name)
     run.add_argument("--workdir", required=True,
                      help="MLMD and the log live here (and the pipeline root, by default)")
     run.add_argument("--pipeline-root", default=None,
                      help="where artifacts go (local, s3:// or gs://; default "
                           "<workdir>/pipeline_root)")
     run.add_argument("--no-evaluate", action="store_true", help="skip the Evaluator gate")
-    run.add_argument("--optimizer-iterations", type=positive_int, default=50,
-                     help="TrtOptimizer's timed calls per candidate and batch size")
+    _add_optimizer_iterations(run)
     _add_lock_timeout(run)
     _add_beam(run)
     add_common(run)

@@ -48,10 +48,12 @@ def print_run_summary(result: Dict[str, Any]) -> None:
 
 
 @contextlib.contextmanager
-def run_lock(args: argparse.Namespace, folder: str, model_name: Optional[str] = None):
+def run_lock(args: argparse.Namespace, folder: str, timeout_s: float,
+             model_name: Optional[str] = None):
     """The run lock of this pipeline's workdir, or (``model_name``) of the served model
-    under a local serving base path: a second run waits up to --lock-timeout, then
-    exits 4 naming the holder. A run that died holding it is taken over, and said so."""
+    under a local serving base path: a second run waits up to ``timeout_s`` (the run's
+    ``PipelineConfig.lock_timeout_s``, --lock-timeout), then exits 4 naming the holder.
+    A run that died holding it is taken over, and said so."""
     from tfx_bridge import runlock
     from tfx_bridge.components.serving_pusher.config import check_model_name
 
@@ -60,7 +62,7 @@ def run_lock(args: argparse.Namespace, folder: str, model_name: Optional[str] = 
         check_model_name(model_name)
         what = f"model {model_name!r} under {folder}"
         name = runlock.model_lock_name(model_name)
-    with runlock.run_lock(folder, args.lock_timeout, what=what, name=name) as dead:
+    with runlock.run_lock(folder, timeout_s, what=what, name=name) as dead:
         if dead is not None and not args.quiet:
             print(f"Took over the run lock of {what} from a run that died holding it "
                   f"({dead.describe()}).", file=sys.stderr)

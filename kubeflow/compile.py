@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from typing import List, Optional
 
+from tfx_bridge.pipelines.config import PipelineConfig
+
 DEFAULT_IMAGE = "tfx-bridge:0.1.0"
 # Where kubeflow/Dockerfile puts schemas/ inside the component image.
 IMAGE_SCHEMAS = "/tfx-bridge/schemas/"
@@ -28,16 +30,19 @@ EXECUTOR_MODULE = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_execu
 
 def compile_pipeline(output: str, pipeline_root: str, data_root: str,
                      model_source: Optional[str],
-                     serving_base_path: str, image: str = DEFAULT_IMAGE,
+                     serving_base_path: str, config: Optional[PipelineConfig] = None,
+                     image: str = DEFAULT_IMAGE,
                      contract_path: Optional[str] = None, schema_path: Optional[str] = None,
                      beam_pipeline_args: Optional[List[str]] = None,
-                     **pipeline_options) -> str:
+                     transform_source: Optional[str] = None, beam_runner=None) -> str:
     """Writes the PipelineJob JSON (or a PipelineSpec when ``output`` ends in .yaml).
 
-    ``pipeline_options`` go to :func:`tfx_bridge.pipelines.pipeline.create_pipeline`
-    (e.g. ``evaluate=False``, ``optimizer_iterations=20``, ``model_name``); without
-    ``model_source`` the pipeline trains (Transform + PyTorchTrainer, the demo's
-    modules unless ``preprocessing_module`` / ``trainer_module`` say otherwise).
+    ``config`` is the run's :class:`PipelineConfig` (default: its defaults;
+    e.g. ``PipelineConfig(evaluate=False, optimizer_iterations=20)``), given to
+    :func:`tfx_bridge.pipelines.pipeline.create_pipeline` with
+    ``transform_source`` and ``beam_runner``; without ``model_source`` the
+    pipeline trains (Transform + PyTorchTrainer, the demo's modules unless the
+    config names its own).
     A module *file* (``.py``) is packaged by TFX into a wheel under
     ``<pipeline_root>/_wheels/`` now, which the tasks install: on an ``s3://``
     root this process registers tensorflow-io to write it (the CLI exits cleanly
@@ -54,11 +59,9 @@ def compile_pipeline(output: str, pipeline_root: str, data_root: str,
     from tfx_bridge.pipelines import pipeline
     from tfx_bridge.storage import objectstore
 
-    if model_source is None:
-        pipeline_options.setdefault("preprocessing_module", pipeline.DEMO_PREPROCESSING)
-        pipeline_options.setdefault("trainer_module", pipeline.DEMO_TRAINER)
-    module_files = [m for m in (pipeline_options.get("preprocessing_module"),
-                                pipeline_options.get("trainer_module")) if m and m.endswith(".py")]
+    config = pipeline.with_demo_modules(config or PipelineConfig(), model_source)
+    module_files = [m for m in (config.preprocessing_module, config.trainer_module)
+                    if m and m.endswith(".py")]
     if module_files and objectstore.uses_s3([pipeline_root]):
         objectstore.enable_tfio()  # TFX writes the user-code wheel with tf.io.gfile
 
@@ -68,9 +71,10 @@ def compile_pipeline(output: str, pipeline_root: str, data_root: str,
         [p for p in (pipeline_root, data_root, model_source, serving_base_path) if p],
         beam_pipeline_args)
     p = pipeline.create_pipeline(
-        PIPELINE_NAME, pipeline_root, data_root, model_source, serving_base_path,
+        PIPELINE_NAME, pipeline_root, data_root, model_source, serving_base_path, config,
         schema_path=schema_path, contract_path=contract_path,
-        beam_pipeline_args=beam or None, **pipeline_options)
+        beam_pipeline_args=beam or None, transform_source=transform_source,
+        beam_runner=beam_runner)
     config = kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
         default_image=image, default_commands=[*ENTRYPOINT, EXECUTOR_MODULE])
     folder = os.path.dirname(os.path.abspath(output))

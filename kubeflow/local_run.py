@@ -29,6 +29,8 @@ import sys
 import uuid
 from typing import Dict, List, Optional, Tuple
 
+from tfx_bridge.pipelines.config import PipelineConfig
+
 PLACEHOLDER = "{{$}}"
 
 
@@ -136,7 +138,8 @@ def _run_locks(root: str, served: Optional[Tuple[str, str]], timeout_s: float):
 def run_compiled(spec_path: str, root: str, timeout: int = 1800,
                  extra_env: Dict[str, str] = None,
                  path_map: Optional[Dict[str, str]] = None,
-                 lock_timeout_s: float = 0.0) -> Dict[str, Dict[str, list]]:
+                 lock_timeout_s: float = PipelineConfig.defaults().lock_timeout_s
+                 ) -> Dict[str, Dict[str, list]]:
     """Runs every task; returns task -> output key -> runtime artifacts (JSON dicts).
     ``path_map`` maps path prefixes inside the image to local folders (default:
     :func:`default_path_map`). Holds the run locks of ``root`` and of the served
@@ -243,7 +246,8 @@ def main(argv=None) -> int:
                         help="a path prefix inside the component image and the local folder "
                              "that stands for it (repeatable; the image's schemas folder "
                              "maps to this install's by default)")
-    parser.add_argument("--lock-timeout", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--lock-timeout", type=float,
+                        default=PipelineConfig.defaults().lock_timeout_s, metavar="SECONDS",
                         help="wait this long for another run of this root or served model "
                              "before exit 4 (busy); default: refuse at once")
     args = parser.parse_args(argv)

@@ -14,6 +14,7 @@ from tfx.orchestration import pipeline as tfx_pipeline
 from tfx_bridge.components.parquet_example_gen import ParquetExampleGen
 from tfx_bridge.components.schema_guard import SchemaGuard
 from tfx_bridge.pipelines import demo_data
+from tfx_bridge.pipelines.config import PipelineConfig
 
 
 def span_input_config(pattern: str = demo_data.SPAN_PATTERN) -> tfx.proto.Input:
@@ -107,7 +108,7 @@ def _pipeline(name: str, root: str, components: list, metadata_path: Optional[st
                             enable_cache=enable_cache)
 
 
-def eval_config(auc_floor: float = 0.5):
+def eval_config(auc_floor: float = PipelineConfig.defaults().auc_floor):
     """AUC on the tf.Example signature; a candidate must beat the floor and must not
     do worse than the latest blessed model (the baseline) by more than 1e-3."""
     import tensorflow_model_analysis as tfma
@@ -133,6 +134,15 @@ DEMO_PREPROCESSING = "tfx_bridge.pipelines.demo_preprocessing.preprocessing_fn"
 DEMO_TRAINER = "tfx_bridge.pipelines.demo_trainer.run_fn"
 
 
+def with_demo_modules(config: PipelineConfig, model_source: Optional[str]) -> PipelineConfig:
+    """Training in the pipeline (no ``model_source``) runs the demo's preprocessing_fn
+    and run_fn where ``config`` names none; hand-over mode takes ``config`` as given."""
+    if model_source is not None:
+        return config
+    return config.updated(preprocessing_module=config.preprocessing_module or DEMO_PREPROCESSING,
+                          trainer_module=config.trainer_module or DEMO_TRAINER)
+
+
 def _where(module: str, key: str) -> dict:
     """A module file (``.py``, packaged by TFX for the tasks) or a dotted function path."""
     return {"module_file": module} if module.endswith(".py") else {key: module}
@@ -144,28 +154,15 @@ def create_pipeline(
     data_root: str,
     model_source: Optional[str],
     serving_base_path: str,
-    model_name: str = "ctr",
+    config: Optional[PipelineConfig] = None,
     metadata_path: Optional[str] = None,
     pattern: str = demo_data.SPAN_PATTERN,
     schema_path: Optional[str] = None,
     contract_path: Optional[str] = None,
-    module_class: str = "tfx_bridge.pipelines.demo_models:CtrMoE",
-    model_file: str = "weights.pt",
-    inputs: Sequence[str] = (),
-    output_names: Sequence[str] = (),
-    evaluate: bool = True,
-    auc_floor: float = 0.5,
-    optimizer_iterations: int = 50,
-    optimizer_candidates: Optional[Sequence[str]] = None,
     beam_pipeline_args: Optional[List[str]] = None,
-    enable_cache: bool = True,
-    preprocessing_module: Optional[str] = None,
-    trainer_module: Optional[str] = None,
-    train_steps: int = 200,
-    custom_config: Optional[dict] = None,
     transform_source: Optional[str] = None,
-    transform_statistics: bool = False,
     beam_runner=None,
+    **settings,
 ) -> tfx_pipeline.Pipeline:
     """The whole bridge: Parquet spans in, a TF Serving push out, in one of two modes.
 
@@ -186,15 +183,17 @@ def create_pipeline(
     ``transform_source`` (the graph the team trained on is the one served);
     without it the pipeline's own Transform graph is served.
 
-    ``transform_statistics`` adds Transform's pre/post-transform statistics
-    (see :func:`transform_component`). ``preprocessing_module`` / ``trainer_module``:
-    a dotted path to
-    ``preprocessing_fn`` / ``run_fn`` in an installed package, or a module file
-    (``.py``, which TFX packages for the tasks). Every gate's blessing goes to
-    the pusher. Only resolver strategies KubeflowV2DagRunner compiles are used
-    (LatestBlessedModelStrategy), and no InfraValidator. ``optimizer_candidates``
-    chooses TrtOptimizer's CPU candidates (default: those stock TF Serving
-    serves without experimental flags). ``beam_runner``, a
+    The run's settings are ``config``, a :class:`PipelineConfig` (default: its
+    defaults), with any of its fields given as keyword ``settings`` replacing
+    them (``create_pipeline(..., train_steps=30)``). ``transform_statistics``
+    adds Transform's pre/post-transform statistics (see
+    :func:`transform_component`). ``preprocessing_module`` / ``trainer_module``:
+    a dotted path to ``preprocessing_fn`` / ``run_fn`` in an installed package,
+    or a module file (``.py``, which TFX packages for the tasks). Every gate's
+    blessing goes to the pusher. Only resolver strategies KubeflowV2DagRunner
+    compiles are used (LatestBlessedModelStrategy), and no InfraValidator.
+    ``optimizer_candidates`` chooses TrtOptimizer's CPU candidates (default:
+    those stock TF Serving serves without experimental flags). ``beam_runner``, a
     :class:`tfx_bridge.beam_runners.BeamSettings`, is checked now (a preset that
     cannot work raises before anything is built) and its options go before
     ``beam_pipeline_args``; a portable runner here needs its endpoints (the
@@ -205,6 +204,8 @@ def create_pipeline(
     from tfx_bridge.components.serving_pusher import ServingPusher
     from tfx_bridge.components.trt_optimizer import TrtOptimizer
 
+    config = (config or PipelineConfig()).updated(**settings)
+    preprocessing_module, trainer_module = config.preprocessing_module, config.trainer_module
     runner_args = (beam_runners.pipeline_args(beam_runners.check(beam_runner))
                    if beam_runner is not None else [])
 
@@ -220,7 +221,7 @@ def create_pipeline(
         data_root, pattern, schema_path=schema_path, contract_path=contract_path)
     components = [example_gen, statistics_gen, schema_gen, schema_guard]
     baseline = None
-    if evaluate:
+    if config.evaluate:
         baseline = tfx.dsl.Resolver(
             strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
             model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
@@ -230,7 +231,7 @@ def create_pipeline(
     transform = None
     if preprocessing_module:
         transform = transform_component(example_gen, schema_gen, schema_guard,
-                                        preprocessing_module, transform_statistics)
+                                        preprocessing_module, config.transform_statistics)
         components.append(transform)
     graph = transform.outputs["transform_graph"] if transform else None
     if transform_source:
@@ -247,9 +248,9 @@ def create_pipeline(
             examples=transformed, transform_graph=graph,
             schema=schema_gen.outputs["schema"],
             base_model=baseline.outputs["model"] if baseline else None,
-            train_args=tfx.proto.TrainArgs(num_steps=train_steps),
+            train_args=tfx.proto.TrainArgs(num_steps=config.train_steps),
             eval_args=tfx.proto.EvalArgs(num_steps=None),
-            custom_config=custom_config, **_where(trainer_module, "run_fn"))
+            custom_config=config.custom_config, **_where(trainer_module, "run_fn"))
         components.append(trainer)
         importer = PyTorchModelImporter(
             source_model=trainer.outputs["model"], transform_graph=graph,
@@ -261,9 +262,9 @@ def create_pipeline(
         components.append(research)
         importer = PyTorchModelImporter(
             source_kind="state_dict", source_model=research.outputs["result"],
-            source_path=model_file, module_class=module_class,
-            inputs=list(inputs) or demo_data.CTR_INPUTS,
-            output_names=list(output_names) or demo_data.CTR_OUTPUTS,
+            source_path=config.model_file, module_class=config.module_class,
+            inputs=list(config.inputs) or demo_data.CTR_INPUTS,
+            output_names=list(config.output_names) or demo_data.CTR_OUTPUTS,
             schema=None if graph else schema_gen.outputs["schema"],
             examples=example_gen.outputs["examples"], transform_graph=graph,
             transformed_examples=transformed if graph and not transform_source else None)
@@ -271,16 +272,16 @@ def create_pipeline(
     importer.add_upstream_node(schema_guard)
     optimizer = TrtOptimizer(model=importer.outputs["model"],
                              examples=example_gen.outputs["examples"],
-                             iterations=optimizer_iterations,
-                             candidates=optimizer_candidates)
+                             iterations=config.optimizer_iterations,
+                             candidates=config.optimizer_candidates)
     components += [importer, optimizer]
     blessing = None
-    if evaluate:
+    if config.evaluate:
         evaluator = tfx.components.Evaluator(
             examples=example_gen.outputs["examples"],
             model=optimizer.outputs["optimized_model"],
             baseline_model=baseline.outputs["model"],
-            eval_config=eval_config(auc_floor))
+            eval_config=eval_config(config.auc_floor))
         components.append(evaluator)
         blessing = evaluator.outputs["blessing"]
     pusher = ServingPusher(model=optimizer.outputs["optimized_model"],
@@ -288,9 +289,9 @@ def create_pipeline(
                            schema_guard=schema_guard.outputs["anomalies"],
                            model_blessing=blessing,
                            examples=example_gen.outputs["examples"],
-                           base_path=serving_base_path, model_name=model_name)
+                           base_path=serving_base_path, model_name=config.model_name)
     components.append(pusher)
     if runner_args:
         beam_pipeline_args = runner_args + list(beam_pipeline_args or [])
     return _pipeline(pipeline_name, pipeline_root, components, metadata_path,
-                     beam_pipeline_args, enable_cache)
+                     beam_pipeline_args, config.enable_cache)

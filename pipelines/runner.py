@@ -17,6 +17,7 @@ from tfx_bridge.components.parquet_example_gen import parquet_to_examples as cor
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.pipelines import demo_data, run_state
 from tfx_bridge.pipelines import pipeline as pipelines
+from tfx_bridge.pipelines.config import PipelineConfig
 from tfx_bridge.storage import fs
 
 DEMO_PIPELINE_NAME = "tfx-bridge-demo"
@@ -93,7 +94,8 @@ class RunInputError(BridgeError):
 
 
 def check_run_inputs(data_root: str, model_source: Optional[str],
-                     model_file: str = "weights.pt") -> Tuple[Optional[str], Optional[str]]:
+                     model_file: str = PipelineConfig.defaults().model_file
+                     ) -> Tuple[Optional[str], Optional[str]]:
     """Refuses, before the pipeline starts, folders it would fail on minutes later.
 
     Returns the model folder to import and a note when it was picked: a
@@ -149,21 +151,22 @@ def _check_newest_span(data_root: str, newest: str) -> None:
 
 
 def run_full(workdir: str, data_root: str, model_source: Optional[str],
-             serving_base_path: str,
-             model_name: str = "ctr", evaluate: bool = True,
+             serving_base_path: str, config: Optional[PipelineConfig] = None,
              beam_pipeline_args: Optional[List[str]] = None,
-             pipeline_root: Optional[str] = None, **pipeline_options) -> Dict[str, Any]:
+             pipeline_root: Optional[str] = None, transform_source: Optional[str] = None,
+             beam_runner=None) -> Dict[str, Any]:
     """Runs the whole pipeline once (the newest span) and summarises what it did.
 
     ``pipeline_root`` (default ``<workdir>/pipeline_root``), ``data_root``,
     ``model_source`` and ``serving_base_path`` may be ``s3://`` or ``gs://``
     (for s3 the caller enables tensorflow-io for the stock components and passes
     Beam its options: :func:`tfx_bridge.beam.object_store_args`);
-    MLMD stays in a SQLite file in ``workdir``. ``pipeline_options`` go to
-    :func:`tfx_bridge.pipelines.pipeline.create_pipeline` (e.g.
-    ``optimizer_iterations``). ``model_source=None`` trains in the pipeline:
-    Transform and PyTorchTrainer with the demo's modules unless
-    ``preprocessing_module`` / ``trainer_module`` say otherwise.
+    MLMD stays in a SQLite file in ``workdir``. ``config`` is the run's
+    :class:`PipelineConfig` (default: its defaults), given to
+    :func:`tfx_bridge.pipelines.pipeline.create_pipeline` with
+    ``transform_source`` and ``beam_runner``. ``model_source=None`` trains in the
+    pipeline: Transform and PyTorchTrainer with the demo's modules unless the
+    config names its own.
 
     The summary holds the pushed version and its path (or why nothing was
     pushed), SchemaGuard's result, the conversion error, the optimizer's
@@ -172,18 +175,17 @@ def run_full(workdir: str, data_root: str, model_source: Optional[str],
     from tfx_bridge.components.serving_pusher import serving
 
     metadata_path = os.path.join(workdir, METADATA_FILE)
-    if model_source is None:
-        pipeline_options.setdefault("preprocessing_module", pipelines.DEMO_PREPROCESSING)
-        pipeline_options.setdefault("trainer_module", pipelines.DEMO_TRAINER)
+    config = pipelines.with_demo_modules(config or PipelineConfig(), model_source)
+    model_name = config.model_name
     before = set(serving.versions(fs.join(serving_base_path, model_name)))
     since = run_state.latest_execution_id(metadata_path)
     pipeline = pipelines.create_pipeline(
         FULL_PIPELINE_NAME, pipeline_root or os.path.join(workdir, PIPELINE_ROOT_DIR),
-        data_root, model_source,
-        serving_base_path, model_name=model_name, metadata_path=metadata_path,
+        data_root, model_source, serving_base_path, config, metadata_path=metadata_path,
         schema_path=schemas.path(schemas.DEMO_SCHEMA),
-        contract_path=schemas.path(schemas.DEMO_CONTRACT), evaluate=evaluate,
-        beam_pipeline_args=beam_pipeline_args, **pipeline_options)
+        contract_path=schemas.path(schemas.DEMO_CONTRACT),
+        beam_pipeline_args=beam_pipeline_args, transform_source=transform_source,
+        beam_runner=beam_runner)
     run_local(pipeline)
     return summarize(metadata_path, serving_base_path, model_name, before, since)
 

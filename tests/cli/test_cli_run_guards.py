@@ -94,3 +94,21 @@ def test_cli_run_lock_timeout_not_a_finite_number_of_seconds_usage_error(tmp_pat
         cli.main([*_run_args(tmp_path), "--lock-timeout", value])
     assert exit_info.value.code == cli.EXIT_BAD_INPUT
     assert f"{value!r} is not a number of seconds >= 0" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ["run", "demo", "compile-kfp"])
+def test_cli_pipeline_verbs_defaults_are_the_pipeline_configs(tmp_path, verb):
+    from tfx_bridge.cli.main import build_parser
+    from tfx_bridge.pipelines.config import PipelineConfig
+
+    argv = {"run": _run_args(tmp_path), "demo": ["demo"],
+            "compile-kfp": ["compile-kfp", "--output", "p.json", "--pipeline-root", "s3://b/r",
+                            "--data-root", "s3://b/d", "--image", "i"]}[verb]
+    args = build_parser().parse_args(argv)
+    defaults = PipelineConfig.defaults()
+    assert args.train_steps == defaults.train_steps
+    assert args.optimizer_iterations == defaults.optimizer_iterations
+    if verb != "compile-kfp":
+        assert args.lock_timeout == defaults.lock_timeout_s
+    if verb == "run":
+        assert args.model_name == defaults.model_name

@@ -86,3 +86,23 @@ def test_create_pipeline_beam_runner_checked_first_and_its_options_passed(tmp_pa
     assert p.beam_pipeline_args[-1] == "--s3_region_name=eu-west-1"
     trainer = {c.id: c for c in p.components}["PyTorchTrainer"]
     assert '"num_workers": 2' in trainer.exec_properties["custom_config"]
+
+
+def test_create_pipeline_config_with_settings_reaches_each_component(tmp_path):
+    import json
+
+    from tfx_bridge.pipelines.config import PipelineConfig, PipelineConfigError
+
+    args = (str(tmp_path / "root"), str(tmp_path / "data"), None, str(tmp_path / "s"))
+    config = PipelineConfig(preprocessing_module=pipelines.DEMO_PREPROCESSING,
+                            trainer_module=pipelines.DEMO_TRAINER, train_steps=7,
+                            optimizer_iterations=12, model_name="ctr_v2")
+    p = pipelines.create_pipeline("t", *args, config, schema_path=schemas.path(
+        schemas.DEMO_SCHEMA), evaluate=False)
+    by_id = {c.id: c for c in p.components}
+    assert "Evaluator" not in by_id and "latest_blessed_model" not in by_id
+    assert json.loads(by_id["PyTorchTrainer"].exec_properties["train_args"]) == {"num_steps": 7}
+    assert json.loads(by_id["TrtOptimizer"].exec_properties["config"])["iterations"] == 12
+    assert json.loads(by_id["ServingPusher"].exec_properties["config"])["model_name"] == "ctr_v2"
+    with pytest.raises(PipelineConfigError, match=r"unknown settings \['train_step'\]"):
+        pipelines.create_pipeline("t", *args, config, train_step=5)
