@@ -75,7 +75,11 @@ def run_fn(fn_args) -> None:
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(config["learning_rate"]),
                                   weight_decay=float(config["weight_decay"]))
-    steps = fn_args.train_steps or 200
+    steps = fn_args.train_steps
+    if steps is None:  # TrainArgs without num_steps: the pipeline's default
+        from tfx_bridge.pipelines.config import PipelineConfig
+
+        steps = PipelineConfig.defaults().train_steps
     fitted = torch_training.fit(model, train, loss_fn, optimizer, epochs=10_000,
                                 max_steps=steps)
     scores, labels = torch_training.predict(
