@@ -29,10 +29,12 @@ import torch  # noqa: E402
 
 from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig  # noqa: E402
-from tfx_bridge.components.trt_optimizer import detect, optimize  # noqa: E402
+from tfx_bridge.components.trt_optimizer import detect, measure, optimize  # noqa: E402
+from tfx_bridge.components.trt_optimizer.candidates import CPU_CANDIDATES  # noqa: E402
+from tfx_bridge.components.trt_optimizer.config import OptimizerConfig  # noqa: E402
 from tfx_bridge.pipelines import demo_models  # noqa: E402
 
-ALL_CANDIDATES = list(optimize.CPU_CANDIDATES)
+ALL_CANDIDATES = list(CPU_CANDIDATES)
 
 
 def session_p50(saved_model_dir: str, feeds, iterations: int) -> float:
@@ -47,7 +49,7 @@ def session_p50(saved_model_dir: str, feeds, iterations: int) -> float:
         names = sorted(sig.inputs)
         call = session.make_callable([sig.outputs[k].name for k in sorted(sig.outputs)],
                                      [sig.inputs[n].name for n in names])
-        latency = optimize.measure(lambda **kw: call(*[kw[n] for n in names]), feeds,
+        latency = measure.measure(lambda **kw: call(*[kw[n] for n in names]), feeds,
                                    iterations)
         session.close()
     return latency.p50_ms
@@ -72,20 +74,20 @@ def main() -> None:
                 module_kwargs=kwargs, inputs=inputs, output_names=outputs), model_dir)
             out = os.path.join(tmp, name + "_opt")
             orig_dir = os.path.join(model_dir, "Format-Serving")
-            orig = optimize.load_servable(orig_dir)
+            orig = measure.load_servable(orig_dir)
             row = {"model": name}
             for run, candidates in (("default", None), ("opt_in", ALL_CANDIDATES)):
-                result = optimize.optimize(model_dir, f"{out}_{run}", optimize.OptimizerConfig(
+                result = optimize.optimize(model_dir, f"{out}_{run}", OptimizerConfig(
                     iterations=args.iterations, candidates=candidates), probe=probe)
                 # Re-time original and kept model back to back on the same inputs, each
                 # as its server would run it (the kept one under its serving flags).
-                kept = optimize.load_servable(os.path.join(f"{out}_{run}", "Format-Serving"),
+                kept = measure.load_servable(os.path.join(f"{out}_{run}", "Format-Serving"),
                                               result.serving_flags)
                 entry = {"backend": result.backend, "candidate": result.report["candidate"],
                          "blessed": result.blessed, "serving_flags": result.serving_flags}
                 for b in (1, 32):
                     feeds = signature.make_inputs(specs, b)
-                    timed = optimize.measure_interleaved(
+                    timed = measure.measure_interleaved(
                         {"before": (orig.call, orig.prepare(feeds)),
                          "after": (kept.call, kept.prepare(feeds))}, args.iterations)
                     before, after = timed["before"], timed["after"]
