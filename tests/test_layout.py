@@ -29,6 +29,8 @@ def test_component_cores_import_without_tfx():
             "import tfx_bridge.components.schema_guard.guard\n"
             "import tfx_bridge.components.schema_guard.report\n"
             "import tfx_bridge.components.pytorch_model_importer.convert\n"
+            "import tfx_bridge.onnx_tf\n"
+            "import tfx_bridge.onnx_tf.ops\n"
             "import tfx_bridge.components.pytorch_model_importer.transform_wrap\n"
             "import tfx_bridge.components.pytorch_trainer.check\n"
             "import tfx_bridge.torch.model\n"
@@ -107,6 +109,17 @@ def test_components_import_only_the_shared_layer_never_each_other():
     assert not bad, "\n".join(sorted(set(bad)))
 
 
+def test_converter_package_imports_nothing_else_from_the_project():
+    """onnx_tf/ is a library of its own: the only tfx_bridge modules it imports are
+    its own (tfx_bridge.onnx_tf.*), and never TFX."""
+    bad = [f"{rel}:{line} imports {target}" for rel, line, target in _imports("onnx_tf")
+           if (target.split(".")[0] == "tfx_bridge"
+               and not (target == "tfx_bridge.onnx_tf"
+                        or target.startswith("tfx_bridge.onnx_tf.")))
+           or target == "tfx" or target.startswith("tfx.")]
+    assert not bad, "\n".join(sorted(set(bad)))
+
+
 # The layers above the shared one: tfx_bridge/ may not import them.
 UPPER_LAYERS = ("tfx_bridge.components", "tfx_bridge.pipelines", "tfx_bridge.kubeflow",
                 "tfx_bridge.cli")
@@ -140,11 +153,10 @@ ALLOWED_LOCAL_FILE_CALLS = {
     "tfx_bridge/child_worker.py": "the stdout/stderr files its caller made for one run",
     "components/pytorch_model_importer/convert.py":
         "runs on local staging copies (import_model stages remote sources and outputs)",
-    "components/pytorch_model_importer/rewrite.py": "lists onnx2tf's installed converters",
-    "components/pytorch_model_importer/to_tf/onnx2tf.py":
+    "components/pytorch_model_importer/onnx2tf/graph_rewrites.py":
+        "lists onnx2tf's installed converters",
+    "components/pytorch_model_importer/onnx2tf/convert.py":
         "runs on import_model's local work folder (private copies for onnx2tf)",
-    "components/pytorch_model_importer/to_tf/conformance.py":
-        "reads the onnx wheel's own node tests and writes to a local temp folder",
     "components/trt_optimizer/optimize.py":
         "optimize_local runs on local staging copies (optimize stages remote paths)",
     "components/trt_optimizer/report.py":
@@ -162,7 +174,7 @@ ALLOWED_LOCAL_FILE_CALLS = {
 
 def test_cores_touch_paths_only_through_the_filesystem_layer():
     offenders = []
-    for folder in ("components", "tfx_bridge", "pipelines", "cli"):
+    for folder in ("components", "tfx_bridge", "onnx_tf", "pipelines", "cli"):
         for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
             for name in files:
                 if not name.endswith(".py"):
@@ -185,25 +197,6 @@ def test_allowed_local_file_calls_list_only_existing_files():
     assert not missing, missing
 
 
-def test_moved_public_modules_old_names_work_and_warn():
-    """tfx_bridge.torch_model / torch_examples / torch_training (used by users' run_fn
-    modules) keep working for one release, with a DeprecationWarning naming the new home."""
-    import subprocess
-    import sys
-    code = ("import warnings\n"
-            "for old, new in (('torch_model', 'model'), ('torch_examples', 'examples'),\n"
-            "                 ('torch_training', 'training')):\n"
-            "    with warnings.catch_warnings(record=True) as caught:\n"
-            "        warnings.simplefilter('always')\n"
-            "        module = __import__(f'tfx_bridge.{old}', fromlist=['_'])\n"
-            "    moved = __import__(f'tfx_bridge.torch.{new}', fromlist=['_'])\n"
-            "    assert [w.category for w in caught] == [DeprecationWarning], caught\n"
-            "    assert f'tfx_bridge.torch.{new}' in str(caught[0].message)\n"
-            "    public = [n for n in vars(moved) if not n.startswith('_')]\n"
-            "    assert all(getattr(module, n) is getattr(moved, n) for n in public)\n")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
-
-
 MAX_MODULE_LINES = 400
 
 
@@ -213,8 +206,8 @@ def test_modules_over_400_lines_state_why():
     import ast
 
     long = []
-    for folder in ("components", "tfx_bridge", "pipelines", "kubeflow", "cli", "tests",
-                   "benchmarks"):
+    for folder in ("components", "tfx_bridge", "onnx_tf", "pipelines", "kubeflow", "cli",
+                   "tests", "benchmarks"):
         for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
             for name in files:
                 if not name.endswith(".py"):

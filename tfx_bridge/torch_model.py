@@ -1,9 +1,0 @@
-"""Moved to :mod:`tfx_bridge.torch.model`; this name keeps working, with a
-DeprecationWarning, until tfx-bridge 0.2."""
-import warnings
-
-from tfx_bridge.torch.model import *  # noqa: F401,F403 (the old public names)
-
-warnings.warn("tfx_bridge.torch_model moved to tfx_bridge.torch.model; the old name goes in "
-              "tfx-bridge 0.2: import from tfx_bridge.torch.model", DeprecationWarning,
-              stacklevel=2)
