@@ -19,6 +19,9 @@ trained; span 4 removed -> a quiet run reports span 3 (this run's), no progress.
 Span 1's demo is also the DirectRunner side of the portable runner's comparison
 (the same demo under Beam's portable runner with two workers): one demo run
 serves both, which keeps the suite's time.
+
+Size: one module, because a fixture shares span 1's demo run only within a
+module (and `--dist loadfile` keeps a module on one worker).
 """
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ from tfx.orchestration import metadata as tfx_metadata  # noqa: E402
 from tfx_bridge import cli, portable  # noqa: E402
 from tfx_bridge.artifacts.examples import read_records  # noqa: E402
 from tfx_bridge.components.serving_pusher import serving  # noqa: E402
-from tfx_bridge.components.trt_optimizer import optimize  # noqa: E402
+from tfx_bridge.components.trt_optimizer import candidates  # noqa: E402
 from tfx_bridge.pipelines import (  # noqa: E402
     demo_data,
     demo_models,
@@ -155,7 +158,7 @@ def _check_first_span(first: dict, raw_feeds) -> dict:
     imported = _latest_model(work, "PyTorchModelImporter")
     with open(os.path.join(imported.uri, "report.json")) as f:
         assert summary["conversion"]["max_abs_error"] == json.load(f)["max_abs_error"]
-    assert summary["optimizer"]["backend"] in optimize.CPU_BACKENDS
+    assert summary["optimizer"]["backend"] in candidates.CPU_BACKENDS
     # The pushed model answers a raw record (a string country) with what PyTorch
     # computes on Transform's features of that record.
     assert isinstance(summary["prediction_input"]["country"], str)
