@@ -18,6 +18,7 @@ _TOP = {
     "tfx_bridge.kubeflow": "kubeflow",
     "tfx_bridge.schemas": "schemas",
     "tfx_bridge.cli": "cli",
+    "tfx_bridge.onnx_tf": "onnx_tf",
 }
 
 

@@ -2,7 +2,7 @@
 
 Every case of ONNX's backend node tests (shipped in the onnx wheel: a model.onnx and
 test_data_set_0) goes through the fresh-process route of
-``to_tf.conformance.run_fresh``: worker children convert and save SavedModels (about
+``onnx_conformance_tool.run_fresh``: worker children convert and save SavedModels (about
 50 cases per child, a per-case timeout, a crashed child's chunk resumed), then a fresh
 child with oneDNN off loads each SavedModel and runs ``serving_default`` on the case's
 inputs at ONNX's backend tolerances (rtol 1e-3, atol 1e-7; integers and bools exact;
@@ -40,10 +40,9 @@ from typing import Dict, List, Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import onnx_conformance_tool as conformance  # noqa: E402
 from onnx_conformance_ops import case_op, case_stems, graph_ops, torch_emitted_ops  # noqa: E402
 from onnx_conformance_report import O2T_REFUSED, OPS_MD, totals, write_ops_md  # noqa: E402
-
-from tfx_bridge.components.pytorch_model_importer.to_tf import conformance  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "onnx_conformance.jsonl")

@@ -12,7 +12,7 @@ import os
 import re
 from typing import Dict, Iterable, Set
 
-from tfx_bridge.components.pytorch_model_importer.to_tf import conformance
+import onnx_conformance_tool as conformance
 
 TORCH_OPSETS = range(7, 18)  # the TorchScript exporter's symbolic_opset7..17
 # Helpers in torch/onnx that create an ONNX node from a name given as their argument.
@@ -85,7 +85,7 @@ def graph_ops(case: str) -> tuple:
     """(op types in the case's graph, subgraphs too; its ai.onnx opset)."""
     import onnx
 
-    from tfx_bridge.components.pytorch_model_importer.to_tf import core
+    from tfx_bridge.onnx_tf import core
     model = onnx.load(os.path.join(conformance.node_test_root(), case, "model.onnx"))
     opset = next((o.version for o in model.opset_import if o.domain in core.ONNX_DOMAINS), 0)
     return sorted({n.op_type for n in core.iter_nodes(model.graph)}), opset

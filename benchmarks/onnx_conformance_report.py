@@ -53,7 +53,8 @@ def write_ops_md(rows: Dict[str, dict], derivation: dict, timing: dict,
         "",
         "**What is measured.** Every case of ONNX's backend node tests shipped in the onnx "
         f"{derivation['onnx']} wheel (`onnx/backend/test/data/node`, {len(all_rows)} cases "
-        "measured) is converted by `to_tf.core.convert` and saved as a SavedModel in worker "
+        "measured) is converted by `tfx_bridge.onnx_tf.core.convert` and saved as a "
+        "SavedModel in worker "
         "children (about 50 cases each, a per-case timeout, a crashed child's chunk resumed "
         "and the crashing case rerun alone), then loaded in a *fresh* process with oneDNN "
         "off (`TF_ENABLE_ONEDNN_OPTS=0`) by `tf.saved_model.load` and run through "

@@ -132,8 +132,8 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
 
 def add_parser(sub) -> None:
     """The import-model and optimize verbs."""
+    from tfx_bridge.components.pytorch_model_importer import to_tf
     from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
-    from tfx_bridge.components.pytorch_model_importer.to_tf import converters
     from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
     from tfx_bridge.components.trt_optimizer.results import PRECISIONS
 
@@ -164,7 +164,7 @@ def add_parser(sub) -> None:
                      help="Examples folder: check with real inputs instead of random ones")
     imp.add_argument("--schema", default=None,
                      help="schema the tf.Example signature must agree with")
-    imp.add_argument("--converter", choices=converters.CHOICES, default=importer.converter,
+    imp.add_argument("--converter", choices=to_tf.CHOICES, default=importer.converter,
                      help="ONNX -> TF converter: tfx-bridge (ours, op by op in ONNX semantics), "
                      "onnx2tf, or auto (default: ours, onnx2tf where ours refuses)")
     imp.add_argument("--no-graph-rewrites", action="store_true",

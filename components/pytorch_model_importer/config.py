@@ -30,7 +30,7 @@ from tfx_bridge.components.pytorch_model_importer.source import (
     SOURCES,
     ModelSource,
 )
-from tfx_bridge.components.pytorch_model_importer.to_tf.converters import AUTO, CHOICES
+from tfx_bridge.components.pytorch_model_importer.to_tf import AUTO, CHOICES
 from tfx_bridge.components.pytorch_model_importer.verify import DEFAULT_ATOL
 from tfx_bridge.config import Config
 from tfx_bridge.errors import BridgeError

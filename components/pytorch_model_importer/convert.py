@@ -13,7 +13,7 @@ stages, one module each:
    PyTorch kernels decomposed, modules swapped, torch symbolics replaced),
    then ``onnx.checker`` and shape inference; an ONNX hand-over is renamed to
    the declared signature.
-3. to_tf/: the converters (to_tf/converters.py chooses): our own, op by op
+3. to_tf.py: the converters (to_tf.py chooses): our own, op by op
    in ONNX semantics, or onnx2tf in a child process.
 4. wrap.py: ``serving_default`` with exactly the declared names, dtypes and
    shapes, and ``serving_tf_example`` (serialized tf.Examples) for TFX
@@ -36,7 +36,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 from tfx_bridge.artifacts import examples, layout, savedmodel
 from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
-from tfx_bridge.components.pytorch_model_importer import rewrite, transform_wrap
+from tfx_bridge.components.pytorch_model_importer import rewrite, to_tf, transform_wrap
 from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
 from tfx_bridge.components.pytorch_model_importer.digest import digest_settings, source_digest
 from tfx_bridge.components.pytorch_model_importer.export.stage import (
@@ -56,7 +56,6 @@ from tfx_bridge.components.pytorch_model_importer.source import (
     lazy_torch,
     load_torch_module,
 )
-from tfx_bridge.components.pytorch_model_importer.to_tf import converters
 from tfx_bridge.components.pytorch_model_importer.verify import (
     DEFAULT_BATCH_SIZES,
     ExportFinding,
@@ -121,7 +120,7 @@ def import_model(config: ImporterConfig, output_dir: str, source_model: str = ""
     The source, inputs and outputs are ``config.resolve(source_model)``'s: a model
     folder's ``Format-PyTorch/`` spec when ``source_model`` holds one, else the
     declared ones. ``config.converter``: ``auto`` (ours, onnx2tf for a graph ours
-    refuses), ``tfx-bridge`` or ``onnx2tf`` (to_tf/converters.py);
+    refuses), ``tfx-bridge`` or ``onnx2tf`` (to_tf.py);
     ``config.graph_rewrites=False`` gives onnx2tf the exported ONNX as it is. With
     ``transform_dir`` (a TFX TransformGraph), the SavedModel serves raw features
     through the Transform graph (see :mod:`.transform_wrap`): the model's inputs
@@ -311,7 +310,7 @@ def _attempt(job: _Job, module, types, work: str, serving_dir: str, output_dir: 
     exported = time.perf_counter()
     job.say(f"exported to ONNX{' (row by row)' if row_wise else ''} in "
             f"{exported - started:.1f}s" if module is not None else "read the ONNX file")
-    conversion = converters.to_saved_model(to_convert, work, inputs, types, job.converter,
+    conversion = to_tf.to_saved_model(to_convert, work, inputs, types, job.converter,
                                            job.graph_rewrites)
     rewrites += conversion.rewrites
     converted = conversion.saved_model

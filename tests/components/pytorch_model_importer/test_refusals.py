@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.errors import ConversionError  # noqa: E402
-from tfx_bridge.components.pytorch_model_importer.to_tf import onnx2tf  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.onnx2tf import convert as onnx2tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402

@@ -93,8 +93,8 @@ def test_export_ragged_embedding_bag_converts_without_loop(tmp_path):
     by our converter, and equal to torch on ragged bags (one of them empty)."""
     import tensorflow as tf
 
+    from tfx_bridge.components.pytorch_model_importer import to_tf
     from tfx_bridge.components.pytorch_model_importer.export import stage
-    from tfx_bridge.components.pytorch_model_importer.to_tf import converters
 
     torch.manual_seed(0)
     module = zoo.RaggedBag().eval()
@@ -105,7 +105,7 @@ def test_export_ragged_embedding_bag_converts_without_loop(tmp_path):
     # Not dense: ragged.
     assert module_rewrites.EMBEDDING_BAG_DENSE not in {r.kind for r in rewrites}
     assert "Loop" not in {n.op_type for n in onnx.load(onnx_path).graph.node}
-    saved = converters.faithful(onnx_path, str(tmp_path / "sm"), specs)
+    saved = to_tf.faithful(onnx_path, str(tmp_path / "sm"), specs)
     ids = torch.tensor([1, 2, 3, 4, 5, 6], dtype=torch.int64)
     for offsets in ([0, 2, 2, 5], [0, 3]):
         offsets = torch.tensor(offsets, dtype=torch.int64)

@@ -1,9 +1,10 @@
-"""Which converter turns the exported ONNX into a SavedModel, and the one entry point.
+"""The ONNX -> TF stage: which converter turns the exported ONNX into a SavedModel, and
+the one entry point.
 
-- ``tfx-bridge`` (to_tf/core.py + ops/): ONNX semantics op by op, ONNX's
+- ``tfx-bridge`` (the ``tfx_bridge.onnx_tf`` package): ONNX semantics op by op, ONNX's
   layout kept, TF's stock CPU kernels; every unsupported op or variant refused
   by name before anything is written.
-- ``onnx2tf`` (to_tf/onnx2tf.py): onnx2tf 1.24.1 with the graph rewrites it
+- ``onnx2tf`` (onnx2tf/): onnx2tf 1.24.1 with the graph rewrites it
   needs; NHWC-first, so its layout heuristics can break inside transformer and
   vision graphs.
 - ``auto`` (the default): ours; onnx2tf only for a graph ours refuses (the
@@ -23,8 +24,8 @@ from tfx_bridge.components.pytorch_model_importer.errors import (
     ConversionError,
     ImporterConfigError,
 )
+from tfx_bridge.components.pytorch_model_importer.onnx2tf import convert as onnx2tf
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
-from tfx_bridge.components.pytorch_model_importer.to_tf import onnx2tf
 
 OURS = "tfx-bridge"
 ONNX2TF = onnx2tf.NAME
@@ -62,7 +63,7 @@ def faithful_graph(onnx_path: str, inputs: Sequence[TensorSpec],
                    types: Optional[Dict[str, str]] = None):
     """Our converter, in memory (core.Converted); ConversionError naming every refused
     node."""
-    from tfx_bridge.components.pytorch_model_importer.to_tf import core
+    from tfx_bridge.onnx_tf import core
 
     model = core.load_for_conversion(onnx_path)
     dynamic = {s.name: [None if d < 0 else d for d in s.shape] for s in inputs}
@@ -75,19 +76,10 @@ def faithful_graph(onnx_path: str, inputs: Sequence[TensorSpec],
 def faithful(onnx_path: str, out_dir: str, inputs: Sequence[TensorSpec],
              types: Optional[Dict[str, str]] = None) -> str:
     """Our converter into the SavedModel folder ``out_dir`` (ONNX input/output names)."""
-    from tfx_bridge.components.pytorch_model_importer.to_tf import core
+    from tfx_bridge.onnx_tf import core
 
     core.save(faithful_graph(onnx_path, inputs, types), out_dir)
     return out_dir
-
-
-def precheck(onnx_path: str, types: Optional[Dict[str, str]] = None) -> Optional[str]:
-    """Our converter's up-front refusal (ops, attributes, variants, dtypes), or None."""
-    import onnx
-
-    from tfx_bridge.components.pytorch_model_importer.to_tf import core, ops  # noqa: F401
-    problems = core.check_model(onnx.load(onnx_path, load_external_data=False))
-    return refusal_message(problems, types or {}) if problems else None
 
 
 def to_saved_model(onnx_path: str, workdir: str, inputs: Sequence[TensorSpec],

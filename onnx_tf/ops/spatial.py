@@ -8,14 +8,10 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from tfx_bridge.components.pytorch_model_importer.to_tf.core import NodeInfo
+from tfx_bridge.onnx_tf.core import NodeInfo
+from tfx_bridge.onnx_tf.lazy import tf as _tf
 
 FLOATS = ("float16", "float32", "float64")
-
-
-def lazy_tf():
-    import tensorflow as tf
-    return tf
 
 
 def tensor(node, array: np.ndarray):
@@ -25,11 +21,11 @@ def tensor(node, array: np.ndarray):
 
 
 def to_last(x, rank: int):
-    return lazy_tf().transpose(x, [0, *range(2, rank), 1])
+    return _tf().transpose(x, [0, *range(2, rank), 1])
 
 
 def to_first(x, rank: int):
-    return lazy_tf().transpose(x, [0, rank - 1, *range(1, rank - 1)])
+    return _tf().transpose(x, [0, rank - 1, *range(1, rank - 1)])
 
 
 def float_input(node, i: int = 0, what: str = "X"):
@@ -59,7 +55,7 @@ def window_pads(node, kernel: Sequence[int], strides: Sequence[int],
                  dilations: Sequence[int], ceil_mode: bool = False):
     """(pads_begin, pads_end, out_sizes) of a conv/pool window; out sizes are ints or
     (for dynamic inputs with explicit pads) scalar tensors."""
-    tf = lazy_tf()
+    tf = _tf()
     nd = len(kernel)
     auto_pad = node.attr("auto_pad", "NOTSET")
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
@@ -118,7 +114,7 @@ def pad_spatial_first(x, begin, end, value, nd: int, out_sizes=None, strides=Non
                        eff=None):
     """Pads an NC<spatial> tensor; with ``out_sizes`` the end pad is set so that exactly
     the windows of ``out_sizes`` fit (ceil_mode extra, or cropping the unused tail)."""
-    tf = lazy_tf()
+    tf = _tf()
     pads = [[0, 0], [0, 0]]
     shape = None
     for a in range(nd):
@@ -145,7 +141,7 @@ def pad_spatial_first(x, begin, end, value, nd: int, out_sizes=None, strides=Non
 def shift_reduce(x, kernel, strides, dilations, out_sizes, combine):
     """Window reduction over NC<spatial> by strided slices (one per kernel offset): any
     dilation, any rank, exact. ``combine(acc, slice, offset)`` folds one offset in."""
-    tf = lazy_tf()
+    tf = _tf()
     acc = None
     for offset in itertools.product(*[range(k) for k in kernel]):
         begin = [0, 0] + [o * d for o, d in zip(offset, dilations, strict=True)]
@@ -161,7 +157,7 @@ def shift_reduce(x, kernel, strides, dilations, out_sizes, combine):
 
 def window_sum(x, kernel, strides, dilations, out_sizes):
     """Sum over windows of an (already padded) NC<spatial> tensor."""
-    tf = lazy_tf()
+    tf = _tf()
     nd = len(kernel)
     if all(d == 1 for d in dilations) and x.dtype.name in ("float32", "float64", "float16") \
             and nd <= 3:
@@ -174,7 +170,7 @@ def window_sum(x, kernel, strides, dilations, out_sizes):
 
 
 def crop_to(y, out_sizes):
-    tf = lazy_tf()
+    tf = _tf()
     if all(isinstance(o, int) for o in out_sizes):
         if list(y.shape[2:]) == list(out_sizes):
             return y

@@ -11,24 +11,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfx_bridge.components.pytorch_model_importer.to_tf.core import op
-from tfx_bridge.components.pytorch_model_importer.to_tf.ops.spatial import (
+from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.ops.spatial import (
     attr_list,
     check_auto_pad,
     float_input,
-    lazy_tf,
     spatial,
     tensor,
     to_first,
     to_last,
     window_pads,
 )
+from tfx_bridge.onnx_tf.registry import op
 
 
 def _conv_last(x, w, strides, dilations):
     """VALID convolution of a channel-last tensor; strided + dilated runs at stride 1
     and subsamples (exact; TF rejects the combination)."""
-    tf = lazy_tf()
+    tf = _tf()
     if any(d > 1 for d in dilations) and any(s > 1 for s in strides):
         y = tf.nn.convolution(x, w, strides=1, padding="VALID", dilations=dilations)
         return y[(slice(None), *[slice(None, None, s) for s in strides], slice(None))]
@@ -36,7 +36,7 @@ def _conv_last(x, w, strides, dilations):
 
 
 def _depthwise_last(x, w, strides, dilations):
-    tf = lazy_tf()
+    tf = _tf()
     if any(d > 1 for d in dilations) and any(s > 1 for s in strides):
         y = tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "VALID", dilations=dilations)
         return y[:, ::strides[0], ::strides[1], :]
@@ -46,7 +46,7 @@ def _depthwise_last(x, w, strides, dilations):
 def _weights_last(node, i: int, flip: bool = False, transpose_io: bool = False):
     """ONNX weights [O, I, k...] as TF [k..., I, O] (numpy when constant). With
     ``transpose_io`` the ONNX layout is [I, O, k...] (ConvTranspose)."""
-    tf = lazy_tf()
+    tf = _tf()
     w = node.value(i)
     rank = node.rank(i)
     perm = [*range(2, rank), 0, 1] if transpose_io else [*range(2, rank), 1, 0]
@@ -65,7 +65,7 @@ def _as_t(node, w):
 
 def _grouped_conv(node, x_last, w_last, group: int, strides, dilations, allow_depthwise=True):
     """x_last [N, s..., C], w_last [k..., C/g, M] -> [N, s'..., M]."""
-    tf = lazy_tf()
+    tf = _tf()
     nd = len(strides)
     cin_g = w_last.shape[-2]
     m = w_last.shape[-1]
@@ -93,7 +93,7 @@ def _grouped_conv(node, x_last, w_last, group: int, strides, dilations, allow_de
 def _add_bias_last(node, y, i: int):
     if not node.has(i):
         return y
-    tf = lazy_tf()
+    tf = _tf()
     b = node.t(i)
     return y + tf.cast(b, y.dtype)
 
@@ -118,7 +118,7 @@ def _conv_setup(node, what: str):
 @op("Conv", attrs={"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
                    "pads": None, "strides": None}, check=check_auto_pad)
 def conv(node):
-    tf = lazy_tf()
+    tf = _tf()
     rank, nd, wshape, kernel, strides, dilations, group = _conv_setup(node, "convolution")
     cin = node.shape(0)[1]
     if cin is not None and cin != wshape[1] * group:
@@ -139,7 +139,7 @@ def conv(node):
 
 def _upsample_zeros(x, axis: int, stride: int):
     """Inserts stride-1 zeros between elements along ``axis``: L -> (L-1)*stride+1."""
-    tf = lazy_tf()
+    tf = _tf()
     if stride == 1:
         return x
     y = tf.expand_dims(x, axis + 1)
@@ -167,7 +167,7 @@ def _upsample_zeros(x, axis: int, stride: int):
                             "kernel_shape": None, "output_padding": None, "output_shape": None,
                             "pads": None, "strides": None}, check=check_auto_pad)
 def conv_transpose(node):
-    tf = lazy_tf()
+    tf = _tf()
     rank, nd, wshape, kernel, strides, dilations, group = _conv_setup(node, "ConvTranspose")
     out_pad = list(node.attr("output_padding") or [0] * nd)
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]

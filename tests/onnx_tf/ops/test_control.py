@@ -1,5 +1,5 @@
-"""to_tf's control-flow ops (If, Loop, Scan) on tiny ONNX graphs, checked against onnxruntime;
-random ops by shape and dtype; the refusals by name."""
+"""The converter's control-flow ops (If, Loop, Scan) on tiny ONNX graphs, checked against
+onnxruntime; random ops by shape and dtype; the refusals by name."""
 from __future__ import annotations
 
 import os
@@ -14,7 +14,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 import tensorflow as tf  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
-from tfx_bridge.components.pytorch_model_importer.to_tf import core  # noqa: E402
+from tfx_bridge.onnx_tf import ConversionFailed, core  # noqa: E402
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
@@ -167,7 +167,7 @@ def test_if_branch_dtypes_differ_refused_by_name():
         [helper.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)], "g",
         [helper.make_tensor_value_info("c", B, [])], [helper.make_tensor_value_info("y", F, [1])]),
         opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(core.ConversionFailed, match="then_branch and int64 in else_branch"):
+    with pytest.raises(ConversionFailed, match="then_branch and int64 in else_branch"):
         core.convert(model)
 
 
@@ -227,5 +227,5 @@ def test_sequence_op_unregistered_refused_by_name():
                    [helper.make_tensor_value_info("x", F, [2]),
                     helper.make_tensor_value_info("zero", I64, [])],
                    [helper.make_tensor_value_info("y", F, [2])])
-    with pytest.raises(core.ConversionFailed, match="SequenceConstruct.*no converter"):
+    with pytest.raises(ConversionFailed, match="SequenceConstruct.*no converter"):
         core.convert(model)

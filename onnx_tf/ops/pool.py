@@ -7,14 +7,14 @@ from typing import Optional
 
 import numpy as np
 
-from tfx_bridge.components.pytorch_model_importer.to_tf.core import REQUIRED, NodeInfo, op
-from tfx_bridge.components.pytorch_model_importer.to_tf.ops.spatial import (
+from tfx_bridge.onnx_tf.core import NodeInfo
+from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.ops.spatial import (
     FLOATS,
     attr_list,
     check_auto_pad,
     crop_to,
     float_input,
-    lazy_tf,
     pad_spatial_first,
     shift_reduce,
     to_first,
@@ -22,6 +22,7 @@ from tfx_bridge.components.pytorch_model_importer.to_tf.ops.spatial import (
     window_pads,
     window_sum,
 )
+from tfx_bridge.onnx_tf.registry import REQUIRED, op
 
 
 def _check_pool(info: NodeInfo) -> Optional[str]:
@@ -59,7 +60,7 @@ def _lowest(dtype):
                       "kernel_shape": REQUIRED, "pads": None, "storage_order": 0,
                       "strides": None}, check=_check_pool)
 def max_pool(node):
-    tf = lazy_tf()
+    tf = _tf()
     rank, nd, kernel, strides, dilations, begin, end, outs, eff = _pool_setup(node)
     x = node.t(0)
     dtype = x.dtype
@@ -79,7 +80,7 @@ def max_pool(node):
 def _max_pool_indices(node, x, xp, kernel, strides, dilations, begin, outs):
     """MaxPool with its Indices output: flat indices into X (N, C included), row-major
     (storage_order 0) or column-major over the spatial dims; the first maximum wins."""
-    tf = lazy_tf()
+    tf = _tf()
     nd = len(kernel)
     static = x.shape.as_list()
     if any(d is None for d in static[2:]) or any(not isinstance(o, int) for o in outs):
@@ -125,7 +126,7 @@ def _max_pool_indices(node, x, xp, kernel, strides, dilations, begin, outs):
                           "dilations": None, "kernel_shape": REQUIRED, "pads": None,
                           "strides": None}, check=_check_pool)
 def average_pool(node):
-    tf = lazy_tf()
+    tf = _tf()
     rank, nd, kernel, strides, dilations, begin, end, outs, eff = _pool_setup(node)
     dtype = float_input(node)
     x = node.t(0)
@@ -145,7 +146,7 @@ def _pool_count(node, x, begin, end, outs, kernel, strides, dilations, eff, incl
     """How many elements each window averages. With count_include_pad every tap counts,
     the ceil_mode tail too (ONNX's reference and node tests; PyTorch leaves the tail out);
     without, only the input's elements."""
-    tf = lazy_tf()
+    tf = _tf()
     nd = len(kernel)
     if include_pad:
         return tf.constant(float(np.prod(kernel)), dtype)
@@ -170,7 +171,7 @@ def _pool_count(node, x, begin, end, outs, kernel, strides, dilations, eff, incl
                      "kernel_shape": REQUIRED, "p": 2, "pads": None, "strides": None},
     check=_check_pool)
 def lp_pool(node):
-    tf = lazy_tf()
+    tf = _tf()
     _, nd, kernel, strides, dilations, begin, end, outs, eff = _pool_setup(node)
     float_input(node)
     x = node.t(0)
@@ -184,17 +185,17 @@ def lp_pool(node):
 @op("GlobalAveragePool")
 def global_average_pool(node):
     float_input(node)
-    return lazy_tf().reduce_mean(node.t(0), axis=list(range(2, node.rank(0))), keepdims=True)
+    return _tf().reduce_mean(node.t(0), axis=list(range(2, node.rank(0))), keepdims=True)
 
 
 @op("GlobalMaxPool")
 def global_max_pool(node):
-    return lazy_tf().reduce_max(node.t(0), axis=list(range(2, node.rank(0))), keepdims=True)
+    return _tf().reduce_max(node.t(0), axis=list(range(2, node.rank(0))), keepdims=True)
 
 
 @op("GlobalLpPool", attrs={"p": 2})
 def global_lp_pool(node):
-    tf = lazy_tf()
+    tf = _tf()
     float_input(node)
     x = node.t(0)
     p = node.attr("p")
@@ -205,7 +206,7 @@ def global_lp_pool(node):
 
 @op("MaxUnpool", attrs={"kernel_shape": REQUIRED, "pads": None, "strides": None})
 def max_unpool(node):
-    tf = lazy_tf()
+    tf = _tf()
     x = node.t(0)
     rank = node.rank(0)
     nd = rank - 2

@@ -17,20 +17,9 @@ from typing import Optional
 
 import numpy as np
 
-from tfx_bridge.components.pytorch_model_importer.to_tf.core import (
-    NARROW_TYPES,
-    NP_TYPES,
-    REQUIRED,
-    NodeInfo,
-    np_dtype,
-    op,
-)
-
-
-def _tf():
-    import tensorflow as tf
-    return tf
-
+from tfx_bridge.onnx_tf.core import NARROW_TYPES, NP_TYPES, NodeInfo, np_dtype
+from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.registry import REQUIRED, op
 
 # --------------------------------------------------------------------------- helpers
 

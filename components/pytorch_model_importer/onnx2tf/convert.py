@@ -1,8 +1,8 @@
-"""The onnx2tf candidate: onnx2tf 1.24.1 in a child process, with the graph rewrites it
-needs (rewrite.py) and its failures turned into messages that name the op and node.
+"""The onnx2tf call: onnx2tf 1.24.1 in a child process, with the graph rewrites it
+needs (graph_rewrites.py) and its failures turned into messages that name the op and node.
 
 onnx2tf sets process-wide TF and logging globals and rewrites its input in
-place, so it runs in a child (``onnx2tf_runner.py``) on a private copy.
+place, so it runs in a child (``runner.py``) on a private copy.
 Non-verbose, its error block carries ``onnx_op_name:`` only (the op type is
 looked up in the graph here), and its last line is a generic hint with ANSI
 colour codes: neither reaches the user.
@@ -17,15 +17,15 @@ import sys
 from typing import Dict, List, Optional, Sequence
 
 from tfx_bridge import child
-from tfx_bridge.components.pytorch_model_importer import rewrite
 from tfx_bridge.components.pytorch_model_importer.errors import (
     ConversionError,
     missing_extra,
 )
+from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite, describe_node
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
 
 NAME = "onnx2tf"
-RUNNER_MODULE = "tfx_bridge.components.pytorch_model_importer.onnx2tf_runner"
+RUNNER_MODULE = "tfx_bridge.components.pytorch_model_importer.onnx2tf.runner"
 TIMEOUT_S = 1800
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _OP_NAME = re.compile(r"onnx_op_name:\s*(\S+)")
@@ -59,19 +59,19 @@ def failure_message(text: str, onnx_path: str, types: Dict[str, str]) -> str:
         return f"onnx2tf failed: {detail}"
     op_type = _OP_TYPE.search(clean)
     op = op_type.group(1) if op_type else _node_types(onnx_path).get(name.group(1), "?")
-    return f"onnx2tf cannot convert {rewrite.describe_node(op, name.group(1), types)}: {detail}"
+    return f"onnx2tf cannot convert {describe_node(op, name.group(1), types)}: {detail}"
 
 
 def convert(onnx_path: str, workdir: str, inputs: Sequence[TensorSpec],
             types: Optional[Dict[str, str]] = None, graph_rewrites: bool = True
-            ) -> tuple[str, List[rewrite.Rewrite]]:
+            ) -> tuple[str, List[Rewrite]]:
     """onnx2tf on a private, rewritten copy; returns (SavedModel folder, rewrites)."""
     if not available():
         raise missing_extra("onnx2tf", ImportError("No module named 'onnx2tf'"))
     private = os.path.join(workdir, "model_for_onnx2tf.onnx")
     shutil.copyfile(onnx_path, private)
-    rewrites = rewrite.fix_dynamic_reshapes(private, inputs) if graph_rewrites else []
-    problems = rewrite.unconvertible_nodes(private, types or {})
+    rewrites = graph_rewrites.fix_dynamic_reshapes(private, inputs) if graph_rewrites else []
+    problems = graph_rewrites.unconvertible_nodes(private, types or {})
     if problems:
         raise ConversionError("onnx2tf cannot convert this model; " + "; ".join(problems) + ".")
     out = os.path.join(workdir, "onnx2tf_out")

@@ -1,4 +1,4 @@
-"""The importer's own ONNX -> TF converter (to_tf/core.py): the mechanism every op uses.
+"""The ONNX -> TF converter's interpreter (onnx_tf/core.py): the mechanism every op uses.
 
 Graphs are built with onnx.helper, converted, and run against onnxruntime.
 """
@@ -13,7 +13,7 @@ ort = pytest.importorskip("onnxruntime", reason="needs the [onnx] extra (onnxrun
 import tensorflow as tf  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from tfx_bridge.components.pytorch_model_importer.to_tf import core  # noqa: E402
+from tfx_bridge.onnx_tf import ConversionFailed, core  # noqa: E402
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=17):
@@ -77,7 +77,7 @@ def test_convert_unknown_attribute_refused_by_name_before_tracing():
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
     model = helper.make_model(helper.make_graph([node], "g", [x], [y]),
                               opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(core.ConversionFailed,
+    with pytest.raises(ConversionFailed,
                        match=r"ONNX op Relu \(node act\): attribute\(s\) \['alpha'\] are not "
                              r"supported"):
         core.convert(model)
@@ -94,7 +94,7 @@ def test_convert_unsupported_ops_collected_and_raised_once():
     model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs),
                               opset_imports=[helper.make_opsetid("", 17),
                                              helper.make_opsetid("com.example", 1)])
-    with pytest.raises(core.ConversionFailed) as info:
+    with pytest.raises(ConversionFailed) as info:
         core.convert(model)
     found = {(p.op_type, p.node) for p in info.value.problems}
     assert found == {("StringNormalizer", "norm"), ("MyOp", "custom")}
@@ -111,7 +111,7 @@ def test_convert_output_disagreeing_with_onnx_inference_refused_at_the_node():
                               value_info=[helper.make_tensor_value_info(
                                   "t", TensorProto.FLOAT, [2, 3])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(core.ConversionFailed,
+    with pytest.raises(ConversionFailed,
                        match=r"ONNX op Transpose \(node swap\): output 't' has shape "
                              r"\(3, 2\), ONNX infers \[2, 3\]"):
         core.convert(model)
@@ -133,3 +133,18 @@ def test_convert_constant_subgraph_folded_to_static_values():
     got = converted.serve(tf.constant(xv))["y"].numpy()
     np.testing.assert_array_equal(got, _ort(model, {"x": xv})[0])
     assert got.shape == (2, 1, 4)
+
+
+def test_convert_string_op_from_onnx_node_tests_raises_conversion_failed_naming_it():
+    """A model from the onnx wheel's own node tests whose op (string normalization)
+    the converter does not implement: refused by name, every problem listed."""
+    import os
+
+    case = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node",
+                        "test_strnormalizer_export_monday_casesensintive_lower", "model.onnx")
+    model = core.load_for_conversion(case)
+    with pytest.raises(ConversionFailed,
+                       match=r"^ONNX op StringNormalizer \(node \(unnamed\)\): "
+                             r"no converter for this op\.") as caught:
+        core.convert(model)
+    assert [p.op_type for p in caught.value.problems] == ["StringNormalizer"]

@@ -26,17 +26,21 @@ How a graph becomes a SavedModel:
   handler refuses the variants it does not implement by name
   (:class:`Unsupported`); :func:`check_model` finds those before tracing.
 
-Size: the interpreter (graph walk, constant folding, static-shape checks,
-the handler registry and contract) is one mechanism every op module relies on.
+Size: the interpreter (graph walk, constant folding, static-shape checks and
+the handler contract) is one mechanism every op module relies on.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import re
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
+
+from tfx_bridge.onnx_tf.errors import ConversionFailed, Problem, Unsupported
+from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.registry import DEFAULT_FIX, OP_FIXES, REGISTRY, REQUIRED
 
 CONVERTER = "tfx-bridge"
 # Constants at least this large become tf.Variables when a TF op uses them (weights);
@@ -46,84 +50,6 @@ VARIABLE_MIN_ELEMENTS = 1024
 # constants in saved_model.pb).
 FOLD_MAX_ELEMENTS = 1 << 22
 ONNX_DOMAINS = ("", "ai.onnx")
-REQUIRED = object()
-
-
-class Unsupported(Exception):
-    """An op, attribute value or input this converter does not implement.
-
-    ``variant`` says what exactly (an attribute value, a dtype, a run-time
-    value that must be a constant); ``fix`` what to change in the model.
-    """
-
-    def __init__(self, variant: str, fix: str = ""):
-        super().__init__(variant)
-        self.variant = variant
-        self.fix = fix
-
-
-@dataclasses.dataclass
-class Problem:
-    """One node the converter cannot convert, with everything a message needs."""
-
-    op_type: str
-    node: str
-    variant: str
-    fix: str = ""
-    shapes: str = ""
-
-    def describe(self, scope: str = "") -> str:
-        where = f"node {self.node or '(unnamed)'}" + (f", from {scope}" if scope else "")
-        text = f"ONNX op {self.op_type} ({where}): {self.variant}"
-        if self.shapes:
-            text += f" [inputs {self.shapes}]"
-        fix = self.fix[:1].upper() + self.fix[1:] if self.fix else ""
-        return text + (f". {fix}" if fix else "")
-
-
-class ConversionFailed(Exception):
-    """Raised by :func:`convert` with every problem found (collected, then raised once)."""
-
-    def __init__(self, problems: Sequence[Problem]):
-        super().__init__("; ".join(p.describe() for p in problems))
-        self.problems = list(problems)
-
-
-@dataclasses.dataclass
-class OpDef:
-    handler: Callable[[Node], Any]
-    attrs: Dict[str, Any]
-    check: Optional[Callable[[NodeInfo], Optional[str]]]
-    fold: bool
-    since: int
-
-
-REGISTRY: Dict[str, OpDef] = {}
-
-
-def op(*names: str, attrs: Optional[Dict[str, Any]] = None,
-       check: Optional[Callable[[NodeInfo], Optional[str]]] = None, fold: bool = True,
-       since: int = 1):
-    """Registers a handler for ONNX op types ``names``.
-
-    ``attrs`` maps every attribute the handler understands (across opset
-    versions) to its default (``REQUIRED`` when it has none); a node carrying
-    any other attribute is refused by name. ``check`` returns a refusal
-    (string) for a variant decided by attributes alone, so :func:`check_model`
-    reports it before tracing. ``fold=False`` for ops that must run at serving
-    time even on constant inputs (random ops). The handler returns one output
-    or a list of outputs (tf.Tensor or numpy arrays).
-    """
-    def register(fn):
-        for name in names:
-            REGISTRY[name] = OpDef(fn, dict(attrs or {}), check, fold, since)
-        return fn
-    return register
-
-
-def _tf():
-    import tensorflow as tf
-    return tf
 
 
 def is_const(value) -> bool:
@@ -523,6 +449,8 @@ def _types_by_name(model) -> Dict[str, int]:
 def check_model(model) -> List[Problem]:
     """Every node this converter would refuse, found from the graph alone (op types,
     domains, attributes, variants, element types); empty when all are claimed."""
+    from tfx_bridge.onnx_tf import ops  # noqa: F401  (registers every handler)
+
     opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), 0)
     types = _types_by_name(model)
     problems = []
@@ -539,7 +467,7 @@ def check_model(model) -> List[Problem]:
             continue
         if definition is None:
             problems.append(Problem(node.op_type, node.name, "no converter for this op",
-                                    _OP_FIXES.get(node.op_type, DEFAULT_FIX)))
+                                    OP_FIXES.get(node.op_type, DEFAULT_FIX)))
             continue
         if opset < definition.since:
             problems.append(Problem(node.op_type, node.name,
@@ -582,21 +510,6 @@ def check_model(model) -> List[Problem]:
             if refusal:
                 problems.append(Problem(node.op_type, node.name, refusal))
     return problems
-
-
-_OP_FIXES = {
-    "Loop": ("a loop the exporter could not unroll (a Python loop over a tensor's length, "
-             "or nn.EmbeddingBag with offsets): loop over a fixed count"),
-    "Scan": "a scan over a tensor dimension: unroll it over a fixed size",
-    "SequenceMap": "a loop over a list of tensors: loop over a fixed count instead",
-    "NonMaxSuppression": "keep box post-processing out of the served model",
-}
-DEFAULT_FIX = "rewrite that part of the model with standard tensor ops"
-
-
-def add_fixes(fixes: Dict[str, str]) -> None:
-    """What to change in the model, per op type an ops module leaves unregistered."""
-    _OP_FIXES.update(fixes)
 
 
 # --------------------------------------------------------------------------- convert
@@ -643,7 +556,7 @@ def convert(model, dynamic: Optional[Dict[str, Sequence[Optional[int]]]] = None)
     """Converts a (shape-inferred) ModelProto; raises ConversionFailed naming every node."""
     import tensorflow as tf
 
-    from tfx_bridge.components.pytorch_model_importer.to_tf import ops  # noqa: F401
+    from tfx_bridge.onnx_tf import ops  # noqa: F401
 
     problems = check_model(model)
     if problems:

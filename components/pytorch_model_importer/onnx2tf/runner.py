@@ -1,4 +1,4 @@
-"""onnx2tf 1.24.1, run by to_tf/onnx2tf.convert() as ``python -m`` in a child process.
+"""onnx2tf 1.24.1, run by convert.convert() as ``python -m`` in a child process.
 
 Arguments: the private ONNX copy (onnx2tf rewrites it in place), the output folder, and
 comma-separated input names whose shapes are kept exactly (NCHW stays NCHW). onnx2tf sets

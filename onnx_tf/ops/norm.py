@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import List
 
-from tfx_bridge.components.pytorch_model_importer.to_tf.core import REQUIRED, op
-from tfx_bridge.components.pytorch_model_importer.to_tf.ops.spatial import (
+from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.ops.spatial import (
     float_input,
-    lazy_tf,
 )
+from tfx_bridge.onnx_tf.registry import REQUIRED, op
 
 
 def _channel_shape(rank: int, axis: int = 1) -> List[int]:
@@ -23,7 +23,7 @@ def _channel_shape(rank: int, axis: int = 1) -> List[int]:
                         if info.attrs.get("training_mode") else
                         "spatial=0 is not supported" if info.attrs.get("spatial") == 0 else None))
 def batch_normalization(node):
-    tf = lazy_tf()
+    tf = _tf()
     dtype = float_input(node)
     outputs = [o for o in node.proto.output[1:] if o]
     if outputs:
@@ -39,7 +39,7 @@ def batch_normalization(node):
 
 @op("InstanceNormalization", attrs={"epsilon": 1e-5})
 def instance_normalization(node):
-    tf = lazy_tf()
+    tf = _tf()
     dtype = float_input(node)
     x = node.t(0)
     rank = node.rank(0)
@@ -54,18 +54,18 @@ def instance_normalization(node):
 def _stash(node, dtype):
     stash = node.attr("stash_type", 1)
     if stash == 1:
-        return lazy_tf().float32
+        return _tf().float32
     if stash == 11:
-        return lazy_tf().float64
+        return _tf().float64
     if stash == 10:
-        return lazy_tf().float16
+        return _tf().float16
     node.refuse(f"stash_type={stash} is not supported", "use 1 (float32)")
     return dtype
 
 
 @op("LayerNormalization", attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1})
 def layer_normalization(node):
-    tf = lazy_tf()
+    tf = _tf()
     dtype = float_input(node)
     x = node.t(0)
     rank = node.rank(0)
@@ -88,7 +88,7 @@ def layer_normalization(node):
 @op("GroupNormalization", attrs={"epsilon": 1e-5, "num_groups": REQUIRED, "stash_type": 1},
     since=18)
 def group_normalization(node):
-    tf = lazy_tf()
+    tf = _tf()
     dtype = float_input(node)
     x = node.t(0)
     rank = node.rank(0)
@@ -117,7 +117,7 @@ def group_normalization(node):
     check=lambda info: None if info.attrs.get("p") in (1, 2)
     else f"p={info.attrs.get('p')} is not supported (ONNX allows 1 or 2)")
 def lp_normalization(node):
-    tf = lazy_tf()
+    tf = _tf()
     float_input(node)
     x = node.t(0)
     axis = node.attr("axis")
@@ -130,7 +130,7 @@ def lp_normalization(node):
 
 @op("LRN", attrs={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": REQUIRED})
 def lrn(node):
-    tf = lazy_tf()
+    tf = _tf()
     dtype = float_input(node)
     x = node.t(0)
     rank = node.rank(0)
@@ -152,7 +152,7 @@ def lrn(node):
 
 @op("MeanVarianceNormalization", attrs={"axes": [0, 2, 3]})
 def mean_variance_normalization(node):
-    tf = lazy_tf()
+    tf = _tf()
     dtype = float_input(node)
     x = node.t(0)
     axes = list(node.attr("axes"))

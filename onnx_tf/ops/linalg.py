@@ -14,12 +14,8 @@ from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 
-from tfx_bridge.components.pytorch_model_importer.to_tf.core import REQUIRED, op
-
-
-def _tf():
-    import tensorflow as tf
-    return tf
+from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.registry import REQUIRED, op
 
 
 def _normalize_axis(node, axis: int, rank: int, what: str = "axis") -> int:

@@ -7,15 +7,14 @@ case's inputs and compares with the expected outputs at ONNX's backend
 tolerances (``rtol=1e-3``, ``atol=1e-7``, onnx/backend/test/runner).
 
 This in-process form is for development. :func:`run_fresh` is the honest
-route, shared by the benchmark (``benchmarks/onnx_conformance.py``) and
-tests/components/pytorch_model_importer/test_conformance.py: worker children
+route the benchmark (``onnx_conformance.py``) takes: worker children
 convert and save SavedModels (ours, or plain onnx2tf for comparison), then a
 fresh child with oneDNN off (``TF_ENABLE_ONEDNN_OPTS=0``) loads each one and
 runs ``serving_default`` on the case's inputs.
 
 Size: the case runner, its worker children and the report they feed are one
 protocol (case lists, timeouts, per-case verdicts); kept together so the
-benchmark and the test cannot drift apart.
+benchmark's columns cannot drift apart.
 """
 from __future__ import annotations
 
@@ -62,7 +61,7 @@ def _read_tensor(path: str):
         array = numpy_helper.to_array(tensor)
     except ValueError:  # a SequenceProto that parsed as a TensorProto by accident
         return None
-    from tfx_bridge.components.pytorch_model_importer.to_tf import core
+    from tfx_bridge.onnx_tf import core
     elem = tensor.data_type
     if elem == onnx.TensorProto.UINT16 and _declared_type(path) == onnx.TensorProto.BFLOAT16:
         import ml_dtypes  # ONNX's bfloat16 cases store the bit patterns as uint16
@@ -141,7 +140,7 @@ def compare_outputs(expected, got) -> Optional[str]:
 
 
 def case_ops(model) -> List[str]:
-    from tfx_bridge.components.pytorch_model_importer.to_tf import core
+    from tfx_bridge.onnx_tf import core
     return sorted({n.op_type for n in core.iter_nodes(model.graph)})
 
 
@@ -150,14 +149,14 @@ def run_case(name: str) -> CaseResult:
     import onnx
     import tensorflow as tf
 
-    from tfx_bridge.components.pytorch_model_importer.to_tf import core
+    from tfx_bridge.onnx_tf import core
 
     case = load_case(name)
     model = onnx.load(case.model_path)
     ops = case_ops(model)
     problem = _data_problem(case)
     if problem:  # the converter's own refusal (naming the op) first, where it has one
-        from tfx_bridge.components.pytorch_model_importer.to_tf import ops as _ops  # noqa: F401
+        from tfx_bridge.onnx_tf import ops as _ops  # noqa: F401
         problems = core.check_model(model)
         return CaseResult(name, ops, REFUSED,
                           str(core.ConversionFailed(problems)) if problems else problem)
@@ -195,7 +194,6 @@ CRASH = "crash"
 CONVERTED = "converted"
 WORKER_KINDS = ("convert", "onnx2tf", "check")
 TIMEOUT_S = {"convert": 120.0, "onnx2tf": 240.0, "check": 60.0}
-_MODULE = "tfx_bridge.components.pytorch_model_importer.to_tf.conformance"
 # A worker aborts (as a segfaulting kernel would) on this case: exercises the crash path.
 CRASH_ON_ENV = "TFX_BRIDGE_CONFORMANCE_CRASH_ON"
 RANDOM_OPS = frozenset({"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
@@ -216,13 +214,12 @@ def _data_problem(case: Case) -> Optional[str]:
 
 
 def _convert_ours(name: str, out_dir: str) -> dict:
-    from tfx_bridge.components.pytorch_model_importer.to_tf import core
+    from tfx_bridge.onnx_tf import core
 
     case = load_case(name)
     model = core.load_for_conversion(case.model_path)
     problem = _data_problem(case)
     if problem:  # the converter's own refusal (naming the op) first, where it has one
-        from tfx_bridge.components.pytorch_model_importer.to_tf import ops  # noqa: F401
         problems = core.check_model(model)
         return {"status": REFUSED,
                 "detail": str(core.ConversionFailed(problems)) if problems else problem}
@@ -236,7 +233,7 @@ def _convert_ours(name: str, out_dir: str) -> dict:
 
 
 def _convert_onnx2tf(name: str, out_dir: str) -> dict:
-    """Plain onnx2tf 1.24.1 as the importer calls it (onnx2tf_runner), on a private copy."""
+    """Plain onnx2tf 1.24.1 as the importer calls it (its onnx2tf runner), on a private copy."""
     import shutil
 
     import onnx
@@ -268,7 +265,7 @@ def _convert_onnx2tf(name: str, out_dir: str) -> dict:
         return {"status": FAIL, "detail": f"onnx2tf exited ({e.code}): {said}"[:500]}
     if model is None:
         return {"status": FAIL, "detail": "onnx2tf returned no model"}
-    from tfx_bridge.components.pytorch_model_importer.onnx2tf_runner import save_keras_model
+    from tfx_bridge.components.pytorch_model_importer.onnx2tf.runner import save_keras_model
 
     save_keras_model(model, out_dir)
     n_out = len(graph.output)
@@ -365,9 +362,8 @@ def _run_child(kind: str, root: str, names: Sequence[str], timeout_s: float,
     import subprocess
     import tempfile
 
-    from tfx_bridge import child
-
-    cmd = child.module_command(_MODULE, "--worker", kind, root, log_path, *names)
+    # This file run as a script: benchmarks/ is no package.
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, root, log_path, *names]
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=_child_env(),
                                 start_new_session=True)
@@ -454,7 +450,7 @@ def run_fresh(names: Sequence[str], root: str, kind: str = "convert",
 
 
 def main(argv=None) -> None:
-    """``python -m ...to_tf.conformance PREFIX...``: prints one line per case.
+    """``python benchmarks/onnx_conformance_tool.py PREFIX...``: prints one line per case.
 
     ``--worker KIND ROOT LOG CASE...`` is the fresh-process route's child (run_chunk).
     """

@@ -12,17 +12,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tfx_bridge.components.pytorch_model_importer.to_tf.core import NodeInfo, op
+from tfx_bridge.onnx_tf.core import NodeInfo
+from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.registry import op
 
 _FLOAT_TYPES = {1: "float", 10: "float16", 11: "double"}
 _INDEX_TYPES = {6: "int32", 7: "int64"}
 _REDUCTIONS = ("none", "sum", "mean")
 _ATTRS = {"reduction": "mean", "ignore_index": None}
-
-
-def _tf():
-    import tensorflow as tf
-    return tf
 
 
 def _check(info: NodeInfo) -> Optional[str]:

@@ -23,13 +23,11 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
-from tfx_bridge.components.pytorch_model_importer.to_tf import core
-from tfx_bridge.components.pytorch_model_importer.to_tf.core import (
-    REQUIRED,
-    Unsupported,
-    is_const,
-    op,
-)
+from tfx_bridge.onnx_tf import core
+from tfx_bridge.onnx_tf.core import is_const
+from tfx_bridge.onnx_tf.errors import Unsupported
+from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.registry import REQUIRED, op
 
 # Loops with a constant trip count up to this many iterations are unrolled.
 UNROLL_MAX_TRIPS = 16
@@ -54,11 +52,6 @@ OP_FIXES = {
               "are supported") for name in ("QLinearConv", "ConvInteger",
                                             "MatMulInteger")},
 }
-
-
-def _tf():
-    import tensorflow as tf
-    return tf
 
 
 def _tensor(node, value):

@@ -15,22 +15,14 @@ from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 
-from tfx_bridge.components.pytorch_model_importer.to_tf.core import (
-    REQUIRED,
-    is_const,
-    op,
-    tf_dtype,
-)
+from tfx_bridge.onnx_tf.core import is_const, tf_dtype
+from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.registry import REQUIRED, op
 
 Dim = Union[int, Any]  # a Python int (static) or a scalar int64 tf.Tensor (run time)
 
 INT_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 FIX_CONST = "compute it from constants or shapes only (not tensor values)"
-
-
-def _tf():
-    import tensorflow as tf
-    return tf
 
 
 # --------------------------------------------------------------------------- helpers

@@ -1,4 +1,4 @@
-"""onnx2tf's graph rewrites (rewrite.py): a graph onnxruntime cannot run at another
+"""onnx2tf's graph rewrites (onnx2tf/graph_rewrites.py): a graph onnxruntime cannot run at another
 batch size is refused by name, not a crash."""
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from tfx_bridge.components.pytorch_model_importer import rewrite, signature  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer import signature  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.errors import ConversionError  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.onnx2tf import graph_rewrites  # noqa: E402
 
 
 def test_fix_dynamic_reshapes_graph_frozen_at_one_batch_refused_naming_node(tmp_path):
@@ -28,4 +29,4 @@ def test_fix_dynamic_reshapes_graph_frozen_at_one_batch_refused_naming_node(tmp_
     specs = signature.parse_input_specs(["x:float32:-1,4"])
     with pytest.raises(ConversionError, match=r"onnxruntime cannot run the exported ONNX graph "
                                               r"\(batch 3\) at node add_frozen: .*froze a size"):
-        rewrite.fix_dynamic_reshapes(path, specs)
+        graph_rewrites.fix_dynamic_reshapes(path, specs)

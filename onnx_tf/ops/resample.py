@@ -9,15 +9,16 @@ from typing import Optional
 
 import numpy as np
 
-from tfx_bridge.components.pytorch_model_importer.to_tf.core import NodeInfo, op
-from tfx_bridge.components.pytorch_model_importer.to_tf.ops.spatial import (
+from tfx_bridge.onnx_tf.core import NodeInfo
+from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.ops.spatial import (
     FLOATS,
     float_input,
-    lazy_tf,
     spatial,
     to_first,
     to_last,
 )
+from tfx_bridge.onnx_tf.registry import op
 
 # --------------------------------------------------------------------------- Resize
 
@@ -49,7 +50,7 @@ def _resize_axis(x, axis: int, in_len, out_len, scale, roi_start, roi_end, attrs
                  compute):
     """Resamples ``x`` along ``axis`` with ONNX's coordinate formula for this axis.
     ``in_len``/``out_len`` are int64 scalars (tensors or ints), ``scale`` float64."""
-    tf = lazy_tf()
+    tf = _tf()
     mode = attrs["mode"]
     ctm = attrs["coordinate_transformation_mode"]
     f64 = tf.float64
@@ -162,7 +163,7 @@ def _present(value):
 
 
 def _resize(node, attrs, roi, scales, sizes):
-    tf = lazy_tf()
+    tf = _tf()
     x = node.t(0)
     rank = node.rank(0)
     mode = attrs["mode"]
@@ -284,7 +285,7 @@ def _check_grid_sample(info: NodeInfo) -> Optional[str]:
 
 
 def _reflect(v, lo: float, hi: float):
-    tf = lazy_tf()
+    tf = _tf()
     rng = hi - lo
     if rng <= 0:
         return tf.zeros_like(v) + lo
@@ -304,7 +305,7 @@ def _reflect(v, lo: float, hi: float):
 @op("GridSample", attrs={"align_corners": 0, "mode": None, "padding_mode": "zeros"},
     check=_check_grid_sample, since=16)
 def grid_sample(node):
-    tf = lazy_tf()
+    tf = _tf()
     dtype = float_input(node)
     mode = node.attr("mode") or ("linear" if node.opset >= 20 else "bilinear")
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)

@@ -1,6 +1,5 @@
 """Op handlers, one module per family; importing this package registers them all."""
-from tfx_bridge.components.pytorch_model_importer.to_tf.core import add_fixes  # noqa: E402
-from tfx_bridge.components.pytorch_model_importer.to_tf.ops import (  # noqa: F401
+from tfx_bridge.onnx_tf.ops import (  # noqa: F401
     control,
     conv,
     elementwise,
@@ -11,5 +10,6 @@ from tfx_bridge.components.pytorch_model_importer.to_tf.ops import (  # noqa: F4
     resample,
     tensor,
 )
+from tfx_bridge.onnx_tf.registry import add_fixes  # noqa: E402
 
 add_fixes(control.OP_FIXES)

@@ -1,1 +1,0 @@
-"""ONNX -> TF SavedModel converters: the importer's own (core.py + ops/) and onnx2tf."""
