@@ -46,13 +46,14 @@ TRANSFORMED = {"item_id": ("int32", "int64"), "hour": ("int32", "int64"),
 
 def demo_examples(root: str, rows: int) -> str:
     from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
+    from tfx_bridge.components.parquet_example_gen.plan import SplitConfig, plan_ingest
     from tfx_bridge.pipelines import demo_data
 
     src = os.path.join(root, "parquet")
     os.makedirs(src)
     pq.write_table(demo_data.make_span_table(1, rows), os.path.join(src, "part-0.parquet"))
     out = os.path.join(root, "examples")
-    plan = core.plan_ingest(src, core.SplitConfig.parse("train:1", "*.parquet"))
+    plan = plan_ingest(src, SplitConfig.parse("train:1", "*.parquet"))
     core.ingest(plan, out, lambda: beam.Pipeline(runner="DirectRunner"))
     return out
 

@@ -34,6 +34,7 @@ PLANTED_ROWS = [11, 5_000, 123_456]
 
 def make_examples(root: str, rows: int) -> str:
     from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
+    from tfx_bridge.components.parquet_example_gen.plan import SplitConfig, plan_ingest
     from tfx_bridge.pipelines import demo_data
 
     src = os.path.join(root, "parquet")
@@ -53,7 +54,7 @@ def make_examples(root: str, rows: int) -> str:
                                      pa.array(hour, pa.int32()))
         pq.write_table(table, os.path.join(src, f"part-{k}.parquet"))
     out = os.path.join(root, "examples")
-    plan = core.plan_ingest(src, core.SplitConfig.parse("train:2,eval:1", "*.parquet"))
+    plan = plan_ingest(src, SplitConfig.parse("train:2,eval:1", "*.parquet"))
     core.ingest(plan, out, lambda: beam.Pipeline(runner="DirectRunner"))
     return out
 

@@ -40,14 +40,15 @@ def _direct_pipeline_factory(num_workers: Optional[int]) -> Callable[[], Any]:
 def cmd_ingest(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
     from tfx_bridge.components.parquet_example_gen.config import ParquetConfig
+    from tfx_bridge.components.parquet_example_gen.plan import SplitConfig, plan_ingest
 
     config = ParquetConfig(  # the component's one config, checked the same way
         columns=None if args.columns is None else [c.strip() for c in args.columns.split(",")],
         batch_size=args.batch_size, allow_empty_splits=args.allow_empty_splits)
     progress = Progress(3, enabled=not args.quiet)
-    splits = core.SplitConfig.parse(args.splits, args.pattern, args.partition_feature)
+    splits = SplitConfig.parse(args.splits, args.pattern, args.partition_feature)
     make_pipeline = _direct_pipeline_factory(args.workers)  # sets Beam's s3 options too
-    plan = core.plan_ingest(args.input_base, splits, columns=config.columns,
+    plan = plan_ingest(args.input_base, splits, columns=config.columns,
                             batch_size=config.batch_size)
     progress(f"Planned {plan.num_rows} rows in {len(plan.files)} file(s), "
              f"{len(plan.units)} row group(s), {len(plan.columns)} column(s)")
@@ -88,20 +89,25 @@ def cmd_validate(args: argparse.Namespace) -> Dict[str, Any]:
     from tfx_bridge.components.schema_guard import contract as contracts
     from tfx_bridge.components.schema_guard import guard, report
     from tfx_bridge.components.schema_guard.config import SchemaGuardConfig
+    from tfx_bridge.components.schema_guard.decode import list_splits
+    from tfx_bridge.components.schema_guard.expectations import (
+        expectations_from_schema,
+        load_schema,
+    )
 
     settings = SchemaGuardConfig(  # the component's one config, checked the same way
         contract_path=args.contract, max_record_bytes=args.max_record_mb << 20)
     progress = Progress(3, enabled=not args.quiet)
-    schema = guard.load_schema(args.schema)
+    schema = load_schema(args.schema)
     consumer = None
     if args.model:
         consumer = contracts.contract_from_saved_model(args.model)
     if settings.contract_path:
         from_file = contracts.load_contract_file(settings.contract_path)
         consumer = from_file if consumer is None else consumer.merged(from_file)
-    config = settings.scan_config(guard.expectations_from_schema(schema),
+    config = settings.scan_config(expectations_from_schema(schema),
                                   consumer.features if consumer is not None else ())
-    splits = guard.list_splits(args.examples)
+    splits = list_splits(args.examples)
     progress(f"Checking splits {splits} of {args.examples} against {len(config.expectations)} "
              f"schema features and {len(config.consumer)} consumer features")
     findings = guard.scan_examples(args.examples, config, splits)

@@ -17,6 +17,7 @@ from tfx_bridge import beam as beam_options
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
 from tfx_bridge.components.parquet_example_gen.config import ParquetConfig
 from tfx_bridge.components.parquet_example_gen.errors import ParquetConfigError
+from tfx_bridge.components.parquet_example_gen.plan import SplitConfig, plan_ingest
 from tfx_bridge.components.parquet_example_gen.spec import (
     CONFIG_KEY,
     EXAMPLES_KEY,
@@ -31,10 +32,10 @@ from tfx_bridge.components.parquet_example_gen.spec import (
 
 
 def split_config_from_protos(input_config: example_gen_pb2.Input,
-                             output_config: example_gen_pb2.Output) -> core.SplitConfig:
+                             output_config: example_gen_pb2.Output) -> SplitConfig:
     """TFX's Input/Output protos as the core's SplitConfig (same split rules)."""
     splits = output_config.split_config
-    return core.SplitConfig(
+    return SplitConfig(
         input_patterns=tuple((s.name, s.pattern) for s in input_config.splits),
         output_splits=tuple((s.name, s.hash_buckets) for s in splits.splits),
         partition_feature=splits.partition_feature_name or None,
@@ -66,7 +67,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         # Planning lists and reads footers through Beam's FileSystems outside a pipeline;
         # its S3 filesystem needs the run's options (endpoint, region) there too.
         beam_options.set_filesystem_options(self._beam_pipeline_args or [])
-        plan = core.plan_ingest(
+        plan = plan_ingest(
             exec_properties[INPUT_BASE_KEY],
             split_config_from_protos(input_config, output_config),
             columns=config.columns, batch_size=config.batch_size)

@@ -42,11 +42,7 @@ from tfx_bridge.components.parquet_example_gen.arrow_convert import (
     read_batches,
     show_rows,
 )
-from tfx_bridge.components.parquet_example_gen.arrow_types import (  # noqa: F401  (re-exported)
-    DEFAULT_BATCH_SIZE,
-    FEATURE_BYTES,
-    FEATURE_FLOAT,
-    FEATURE_INT,
+from tfx_bridge.components.parquet_example_gen.arrow_types import (
     RECORD_FILE_PREFIX,
     RECORD_FILE_SUFFIX,
     SOURCE_SCHEMA_FILE,
@@ -55,12 +51,11 @@ from tfx_bridge.components.parquet_example_gen.arrow_types import (  # noqa: F40
 from tfx_bridge.components.parquet_example_gen.errors import (
     ParquetDataError,
 )
-from tfx_bridge.components.parquet_example_gen.plan import (  # noqa: F401  (re-exported)
+from tfx_bridge.components.parquet_example_gen.plan import (
     ColumnPlan,
     IngestPlan,
     ReadUnit,
     SplitConfig,
-    match_files,
     plan_ingest,
     relative_path,
 )
@@ -68,10 +63,7 @@ from tfx_bridge.components.parquet_example_gen.split_hash import (
     bucket_of,
     row_hashes,
 )
-from tfx_bridge.components.parquet_example_gen.tfrecord_writer import (  # noqa: F401  (re-exported)
-    BatchedTFRecordSink,
-    tfrecord_frames,
-)
+from tfx_bridge.components.parquet_example_gen.tfrecord_writer import BatchedTFRecordSink
 from tfx_bridge.storage import fs
 from tfx_bridge.storage.names import child
 

@@ -14,8 +14,16 @@ from tfx.utils import path_utils
 
 from tfx_bridge.components.schema_guard import contract as contracts
 from tfx_bridge.components.schema_guard import guard, report
+from tfx_bridge.components.schema_guard.checks import scan_file
 from tfx_bridge.components.schema_guard.config import SchemaGuardConfig
+from tfx_bridge.components.schema_guard.decode import split_files
 from tfx_bridge.components.schema_guard.errors import AnomaliesFound
+from tfx_bridge.components.schema_guard.expectations import (
+    GuardConfig,
+    expectations_from_schema,
+    load_schema,
+)
+from tfx_bridge.components.schema_guard.findings import Findings
 from tfx_bridge.components.schema_guard.spec import (
     ANOMALIES_KEY,
     BLESSED_PROPERTY,
@@ -32,13 +40,13 @@ _SCAN_FILE = "_scan.json"
 
 class _MergeFindings(beam.CombineFn):
     def create_accumulator(self):
-        return guard.Findings()
+        return Findings()
 
     def add_input(self, acc, findings):
         return acc.merge(findings)
 
     def merge_accumulators(self, accs):
-        out = guard.Findings()
+        out = Findings()
         for acc in accs:
             out.merge(acc)
         return out
@@ -47,17 +55,17 @@ class _MergeFindings(beam.CombineFn):
         return acc
 
 
-def _write_json(findings: guard.Findings, path: str) -> None:
+def _write_json(findings: Findings, path: str) -> None:
     fs.write_text(path, json.dumps(findings.to_json()))
 
 
-def scan_with_beam(pipeline: beam.Pipeline, work: List[tuple], config: guard.GuardConfig,
+def scan_with_beam(pipeline: beam.Pipeline, work: List[tuple], config: GuardConfig,
                    result_path: str) -> None:
     """One Beam element per records file; findings combined globally into ``result_path``."""
     _ = (pipeline
          | "ListFiles" >> beam.Create(work)
          | "Distribute" >> beam.Reshuffle()
-         | "ScanFile" >> beam.MapTuple(lambda split, path: guard.scan_file(path, split, config))
+         | "ScanFile" >> beam.MapTuple(lambda split, path: scan_file(path, split, config))
          | "Merge" >> beam.CombineGlobally(_MergeFindings())
          | "Write" >> beam.Map(_write_json, result_path))
 
@@ -74,7 +82,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         anomalies = artifact_utils.get_single_instance(output_dict[ANOMALIES_KEY])
 
         settings = SchemaGuardConfig.from_json(exec_properties[CONFIG_KEY])
-        schema = guard.load_schema(schema_uri)
+        schema = load_schema(schema_uri)
         consumer = None
         if input_dict.get(MODEL_KEY):
             model = artifact_utils.get_single_instance(input_dict[MODEL_KEY])
@@ -83,16 +91,16 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         if settings.contract_path is not None:
             from_file = contracts.load_contract_file(settings.contract_path)
             consumer = from_file if consumer is None else consumer.merged(from_file)
-        config = settings.scan_config(guard.expectations_from_schema(schema),
+        config = settings.scan_config(expectations_from_schema(schema),
                                       consumer.features if consumer is not None else ())
         splits = [s for s in artifact_utils.decode_split_names(examples.split_names)
                   if s not in settings.exclude_splits]
-        work = [(s, p) for s in splits for p in guard.split_files(examples.uri, s)]
+        work = [(s, p) for s in splits for p in split_files(examples.uri, s)]
         fs.makedirs(anomalies.uri)
         result_path = fs.join(anomalies.uri, _SCAN_FILE)
         with self._make_beam_pipeline() as pipeline:
             scan_with_beam(pipeline, work, config, result_path)
-        findings = guard.Findings.from_json(json.loads(fs.read_text(result_path)))
+        findings = Findings.from_json(json.loads(fs.read_text(result_path)))
         fs.remove(result_path)
         findings.merge(guard.spec_findings(config, guard.read_source_schema(examples.uri)))
 

@@ -16,12 +16,10 @@ order-independently, so a Beam combine gives the same report as a loop.
 """
 from __future__ import annotations
 
-import json
 from typing import Iterable, Optional
 
-from tfx_bridge.components.schema_guard.checks import (  # noqa: F401 (guard's API)
-    scan_file,
-)
+from tfx_bridge import limits
+from tfx_bridge.components.schema_guard.checks import scan_file
 from tfx_bridge.components.schema_guard.contract import (
     ARROW_INT_RANGES,
     DTYPES,
@@ -30,35 +28,15 @@ from tfx_bridge.components.schema_guard.contract import (
     WIRE_FLOAT,
     WIRE_INT,
 )
-from tfx_bridge.components.schema_guard.decode import (  # noqa: F401 (guard's API)
-    NotExamples,
-    list_splits,
-    read_record_batches,
-    split_files,
-)
-from tfx_bridge.components.schema_guard.expectations import (  # noqa: F401 (guard's API)
-    Expectation,
-    GuardConfig,
-    expectations_from_schema,
-    load_schema,
-)
-from tfx_bridge.components.schema_guard.findings import (  # noqa: F401 (guard's API)
-    CONSUMER_KIND,
-    CONSUMER_MISSING,
-    CONSUMER_RANGE,
-    CONSUMER_SHAPE,
-    DEFAULT_BATCH_SIZE,
-    DOMAIN,
+from tfx_bridge.components.schema_guard.decode import list_splits, split_files
+from tfx_bridge.components.schema_guard.errors import SchemaGuardError
+from tfx_bridge.components.schema_guard.expectations import GuardConfig
+from tfx_bridge.components.schema_guard.findings import (
     DTYPE_WORD,
-    MAX_SAMPLES,
     PARSE_DTYPE,
-    PRESENCE,
     SCHEMA_VS_CONSUMER,
     SOURCE_NARROWING,
     SOURCE_SCHEMA_FILE,
-    UNKNOWN_FEATURE,
-    VALUE_COUNT,
-    WIRE_KIND,
     Finding,
     Findings,
 )
@@ -111,7 +89,9 @@ def read_source_schema(examples_dir: str) -> Optional[dict]:
     path = fs.join(examples_dir, SOURCE_SCHEMA_FILE)
     if not fs.exists(path):
         return None
-    return json.loads(fs.read_text(path))
+    return limits.read_json(path, SchemaGuardError,
+                            "Give the output folder of ParquetExampleGen (or tfx-bridge ingest), "
+                            "or remove the file.")
 
 
 def scan_examples(examples_dir: str, config: GuardConfig,

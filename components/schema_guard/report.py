@@ -14,8 +14,22 @@ import json
 from typing import Dict, Iterable, List, Optional
 
 from tfx_bridge.artifacts import layout
-from tfx_bridge.components.schema_guard import guard
-from tfx_bridge.components.schema_guard.guard import Finding, Findings
+from tfx_bridge.components.schema_guard.findings import (
+    CONSUMER_KIND,
+    CONSUMER_MISSING,
+    CONSUMER_RANGE,
+    CONSUMER_SHAPE,
+    DOMAIN,
+    PARSE_DTYPE,
+    PRESENCE,
+    SCHEMA_VS_CONSUMER,
+    SOURCE_NARROWING,
+    UNKNOWN_FEATURE,
+    VALUE_COUNT,
+    WIRE_KIND,
+    Finding,
+    Findings,
+)
 from tfx_bridge.storage import fs
 from tfx_bridge.storage.names import child
 
@@ -25,24 +39,24 @@ REPORT_MD = layout.REPORT_MD
 REPORT_HTML = "report.html"
 
 _REASON = {
-    guard.WIRE_KIND: "UNEXPECTED_DATA_TYPE",
-    guard.VALUE_COUNT: "INVALID_FEATURE_SHAPE",
-    guard.PRESENCE: "FEATURE_TYPE_LOW_FRACTION_PRESENT",
-    guard.UNKNOWN_FEATURE: "SCHEMA_NEW_COLUMN",
-    guard.CONSUMER_KIND: "UNEXPECTED_DATA_TYPE",
-    guard.CONSUMER_RANGE: "INT_TYPE_BIG_INT",
-    guard.CONSUMER_SHAPE: "INVALID_FEATURE_SHAPE",
-    guard.CONSUMER_MISSING: "FEATURE_TYPE_NOT_PRESENT",
-    guard.SCHEMA_VS_CONSUMER: "UNEXPECTED_DATA_TYPE",
-    guard.PARSE_DTYPE: "CUSTOM_VALIDATION",
-    guard.SOURCE_NARROWING: "CUSTOM_VALIDATION",
+    WIRE_KIND: "UNEXPECTED_DATA_TYPE",
+    VALUE_COUNT: "INVALID_FEATURE_SHAPE",
+    PRESENCE: "FEATURE_TYPE_LOW_FRACTION_PRESENT",
+    UNKNOWN_FEATURE: "SCHEMA_NEW_COLUMN",
+    CONSUMER_KIND: "UNEXPECTED_DATA_TYPE",
+    CONSUMER_RANGE: "INT_TYPE_BIG_INT",
+    CONSUMER_SHAPE: "INVALID_FEATURE_SHAPE",
+    CONSUMER_MISSING: "FEATURE_TYPE_NOT_PRESENT",
+    SCHEMA_VS_CONSUMER: "UNEXPECTED_DATA_TYPE",
+    PARSE_DTYPE: "CUSTOM_VALIDATION",
+    SOURCE_NARROWING: "CUSTOM_VALIDATION",
 }
 _DOMAIN_REASON = {"int_domain": "INT_TYPE_BIG_INT", "float_domain": "FLOAT_TYPE_BIG_FLOAT",
                   "string_domain": "ENUM_TYPE_UNEXPECTED_STRING_VALUES"}
 
 
 def _reason_type(f: Finding) -> str:
-    if f.check == guard.DOMAIN:
+    if f.check == DOMAIN:
         return next((r for k, r in _DOMAIN_REASON.items() if k in f.expected),
                     "CUSTOM_VALIDATION")
     return _REASON.get(f.check, "CUSTOM_VALIDATION")

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import tensorflow as tf
 
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
+from tfx_bridge.components.parquet_example_gen.plan import SplitConfig, plan_ingest
 
 
 def _direct():
@@ -32,7 +33,7 @@ def _read_examples(split_uri):
 
 def _ingest(tmp_path, table, splits=None, columns=None, **write_kwargs):
     _write(str(tmp_path / "in" / "part-0.parquet"), table, **write_kwargs)
-    split_config = splits or core.SplitConfig((("all", "*.parquet"),))
-    plan = core.plan_ingest(str(tmp_path / "in"), split_config, columns=columns)
+    split_config = splits or SplitConfig((("all", "*.parquet"),))
+    plan = plan_ingest(str(tmp_path / "in"), split_config, columns=columns)
     counts = core.ingest(plan, str(tmp_path / "out"), _direct)
     return plan, counts

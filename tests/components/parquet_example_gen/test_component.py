@@ -12,7 +12,7 @@ from tfx import v1 as tfx
 from tfx.components.example_gen.component import FileBasedExampleGen
 
 from tfx_bridge.components.parquet_example_gen import ParquetExampleGen
-from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
+from tfx_bridge.components.parquet_example_gen.arrow_types import SOURCE_SCHEMA_FILE
 from tfx_bridge.components.parquet_example_gen.errors import (
     ParquetConfigError,
     ParquetDataError,
@@ -65,7 +65,7 @@ def test_pipeline_artifact_properties_recorded(demo_run):
     assert json.loads(artifact.properties["split_names"].string_value) == ["train", "eval"]
     source = json.loads(custom["source_schema"].string_value)
     assert source["item_id"]["arrow_type"] == "int32"
-    with open(os.path.join(artifact.uri, core.SOURCE_SCHEMA_FILE)) as f:
+    with open(os.path.join(artifact.uri, SOURCE_SCHEMA_FILE)) as f:
         assert json.load(f)["columns"] == source
 
 

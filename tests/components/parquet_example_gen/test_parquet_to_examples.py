@@ -18,7 +18,9 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 
-from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
+from tfx_bridge.components.parquet_example_gen.arrow_convert import convert_batch
+from tfx_bridge.components.parquet_example_gen.arrow_types import FEATURE_FLOAT, SOURCE_SCHEMA_FILE
+from tfx_bridge.components.parquet_example_gen.plan import ColumnPlan
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from parquet_helpers import _ingest, _read_examples  # noqa: E402
@@ -196,7 +198,7 @@ def test_ingest_null_is_absent_empty_list_is_present(type_table_run):
 
 
 def test_ingest_sidecar_records_source_types(type_table_run):
-    with open(os.path.join(type_table_run["out"], core.SOURCE_SCHEMA_FILE)) as f:
+    with open(os.path.join(type_table_run["out"], SOURCE_SCHEMA_FILE)) as f:
         sidecar = json.load(f)
     assert sidecar["format"] == "parquet"
     assert sidecar["columns"]["s_int32"] == {"arrow_type": "int32", "feature": "int64_list",
@@ -226,7 +228,7 @@ def test_ingest_parses_with_tf_parse_example(type_table_run):
 def test_convert_batch_float16_widened_exactly():
     values = np.array([0, -0.0, 1.5, 65504, np.nan, -np.inf], np.float16)
     batch = pa.record_batch([pa.array(values)], ["h"])
-    cols = [core.ColumnPlan("h", "halffloat", core.FEATURE_FLOAT, False)]
-    out = core.convert_batch(batch, cols, "mem.parquet")
+    cols = [ColumnPlan("h", "halffloat", FEATURE_FLOAT, False)]
+    out = convert_batch(batch, cols, "mem.parquet")
     got = out.column(0).flatten().to_numpy()
     assert np.array_equal(got.view(np.uint32), values.astype(np.float32).view(np.uint32))

@@ -19,9 +19,29 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2
 from tfx_bridge.artifacts.tfrecord import RecordFileError
 from tfx_bridge.components.schema_guard import contract as contracts
 from tfx_bridge.components.schema_guard import guard, report
+from tfx_bridge.components.schema_guard.checks import scan_file
+from tfx_bridge.components.schema_guard.decode import list_splits, split_files
 from tfx_bridge.components.schema_guard.errors import (
     SchemaGuardConfigError,
     SchemaGuardInputError,
+)
+from tfx_bridge.components.schema_guard.expectations import GuardConfig, expectations_from_schema
+from tfx_bridge.components.schema_guard.findings import (
+    CONSUMER_KIND,
+    CONSUMER_MISSING,
+    CONSUMER_RANGE,
+    CONSUMER_SHAPE,
+    DOMAIN,
+    PARSE_DTYPE,
+    PRESENCE,
+    SCHEMA_VS_CONSUMER,
+    SOURCE_NARROWING,
+    SOURCE_SCHEMA_FILE,
+    UNKNOWN_FEATURE,
+    VALUE_COUNT,
+    WIRE_KIND,
+    Finding,
+    Findings,
 )
 
 N = 300
@@ -94,18 +114,18 @@ def write_split(examples_dir: str, rows, split: str = "train", files: int = 2) -
                 w.write(to_example(row))
 
 
-def config(contract: Dict = None, **kw) -> guard.GuardConfig:
+def config(contract: Dict = None, **kw) -> GuardConfig:
     schema = text_format.Parse(SCHEMA, schema_pb2.Schema())
     features = ()
     if contract is not None:
         features = tuple(contracts.ConsumerFeature(
             name, contracts.normalize_dtype(spec["dtype"], name), tuple(spec["shape"]),
             spec.get("parse_dtype"), True, "contract test") for name, spec in contract.items())
-    return guard.GuardConfig(guard.expectations_from_schema(schema), features, **kw)
+    return GuardConfig(expectations_from_schema(schema), features, **kw)
 
 
 def run(tmp_path, mutate_row: Callable = None, contract: Dict = CONTRACT, source=None,
-        batch_size: int = 64) -> guard.Findings:
+        batch_size: int = 64) -> Findings:
     rows = clean_rows()
     if mutate_row is not None:
         for i in PLANTED:
@@ -113,7 +133,7 @@ def run(tmp_path, mutate_row: Callable = None, contract: Dict = CONTRACT, source
     examples = str(tmp_path / "examples")
     write_split(examples, rows)
     if source is not None:
-        with open(os.path.join(examples, guard.SOURCE_SCHEMA_FILE), "w") as f:
+        with open(os.path.join(examples, SOURCE_SCHEMA_FILE), "w") as f:
             json.dump(source, f)
     return guard.scan_examples(examples, config(contract, batch_size=batch_size))
 
@@ -123,7 +143,7 @@ def planted_locations():
     return [(f"data_tfrecord-{i // 150:05d}-of-00002.gz", i % 150) for i in PLANTED]
 
 
-def only(findings: guard.Findings, check: str, feature: str) -> guard.Finding:
+def only(findings: Findings, check: str, feature: str) -> Finding:
     hits = [f for f in findings.sorted() if f.check == check and f.feature == feature]
     assert len(hits) == 1, [f.message() for f in findings.sorted()]
     return hits[0]
@@ -136,26 +156,26 @@ def test_guard_clean_data_zero_findings(tmp_path):
 
 
 @pytest.mark.parametrize("name,mutate,check,feature,count", [
-    ("float_in_int", lambda r: r.update(item_id=("float_list", [2.5])), guard.WIRE_KIND,
+    ("float_in_int", lambda r: r.update(item_id=("float_list", [2.5])), WIRE_KIND,
      "item_id", 3),
-    ("int_in_float", lambda r: r.update(price=("int64_list", [3])), guard.WIRE_KIND,
+    ("int_in_float", lambda r: r.update(price=("int64_list", [3])), WIRE_KIND,
      "price", 3),
-    ("bytes_in_int", lambda r: r.update(hour=("bytes_list", [b"7"])), guard.WIRE_KIND,
+    ("bytes_in_int", lambda r: r.update(hour=("bytes_list", [b"7"])), WIRE_KIND,
      "hour", 3),
-    ("two_values_in_scalar", lambda r: r.update(item_id=[1, 2]), guard.VALUE_COUNT,
+    ("two_values_in_scalar", lambda r: r.update(item_id=[1, 2]), VALUE_COUNT,
      "item_id", 3),
-    ("shape_broken", lambda r: r.update(hour=[]), guard.VALUE_COUNT, "hour", 3),
-    ("required_missing", lambda r: r.pop("country"), guard.PRESENCE, "country", 3),
-    ("int_domain", lambda r: r.update(hour=[30]), guard.DOMAIN, "hour", 3),
-    ("float_domain", lambda r: r.update(price=[-5.0]), guard.DOMAIN, "price", 3),
-    ("nan_disallowed", lambda r: r.update(price=[float("nan")]), guard.DOMAIN, "price", 3),
-    ("string_domain", lambda r: r.update(country=[b"xx"]), guard.DOMAIN, "country", 3),
-    ("bool_domain", lambda r: r.update(clicked=[2]), guard.DOMAIN, "clicked", 3),
-    ("unknown_feature", lambda r: r.update(debug=[1]), guard.UNKNOWN_FEATURE, "debug", 3),
-    ("int32_overflow", lambda r: r.update(user_id=[2**31]), guard.CONSUMER_RANGE,
+    ("shape_broken", lambda r: r.update(hour=[]), VALUE_COUNT, "hour", 3),
+    ("required_missing", lambda r: r.pop("country"), PRESENCE, "country", 3),
+    ("int_domain", lambda r: r.update(hour=[30]), DOMAIN, "hour", 3),
+    ("float_domain", lambda r: r.update(price=[-5.0]), DOMAIN, "price", 3),
+    ("nan_disallowed", lambda r: r.update(price=[float("nan")]), DOMAIN, "price", 3),
+    ("string_domain", lambda r: r.update(country=[b"xx"]), DOMAIN, "country", 3),
+    ("bool_domain", lambda r: r.update(clicked=[2]), DOMAIN, "clicked", 3),
+    ("unknown_feature", lambda r: r.update(debug=[1]), UNKNOWN_FEATURE, "debug", 3),
+    ("int32_overflow", lambda r: r.update(user_id=[2**31]), CONSUMER_RANGE,
      "user_id", 3),
     ("int32_underflow_in_list", lambda r: r.update(hist=[5, -(2**31) - 1]),
-     guard.CONSUMER_RANGE, "hist", 3),
+     CONSUMER_RANGE, "hist", 3),
 ])
 def test_guard_planted_data_mismatch_caught(tmp_path, name, mutate, check, feature, count):
     findings = run(tmp_path, mutate)
@@ -174,15 +194,15 @@ def test_guard_wrong_kind_in_whole_batch_caught(tmp_path):
     examples = str(tmp_path / "ex")
     write_split(examples, rows)
     findings = guard.scan_examples(examples, config(CONTRACT))
-    f = only(findings, guard.WIRE_KIND, "hour")
+    f = only(findings, WIRE_KIND, "hour")
     assert f.count == N and f.actual == "float_list"
-    consumer = only(findings, guard.CONSUMER_KIND, "hour")
+    consumer = only(findings, CONSUMER_KIND, "hour")
     assert "cannot become int32" in consumer.fix
 
 
 def test_guard_mixed_kind_message_names_feature_record_and_value(tmp_path):
     findings = run(tmp_path, lambda r: r.update(item_id=("float_list", [2.5])))
-    f = only(findings, guard.WIRE_KIND, "item_id")
+    f = only(findings, WIRE_KIND, "item_id")
     msg = f.message(N)
     assert "[train] feature 'item_id' (data_vs_schema.wire_kind): expected int64_list" in msg
     assert "data_tfrecord-00000-of-00002.gz record 17 = [2.5]" in msg
@@ -191,24 +211,24 @@ def test_guard_mixed_kind_message_names_feature_record_and_value(tmp_path):
 
 def test_guard_int32_overflow_message_names_values_and_fix(tmp_path):
     findings = run(tmp_path, lambda r: r.update(user_id=[2**31]))
-    msg = only(findings, guard.CONSUMER_RANGE, "user_id").message(N)
+    msg = only(findings, CONSUMER_RANGE, "user_id").message(N)
     assert "values in [-2147483648, 2147483647] (contract test reads int32)" in msg
     assert "record 17 = [2147483648]" in msg and "would wrap silently" in msg
 
 
 @pytest.mark.parametrize("feature,change,check", [
-    ("country", {"dtype": "int64", "shape": []}, guard.CONSUMER_KIND),   # bytes as int
-    ("hour", {"dtype": "string", "shape": []}, guard.CONSUMER_KIND),     # int as string
-    ("price", {"dtype": "int32", "shape": []}, guard.CONSUMER_KIND),     # float as int
-    ("item_id", {"dtype": "int32", "shape": [2]}, guard.CONSUMER_SHAPE),
+    ("country", {"dtype": "int64", "shape": []}, CONSUMER_KIND),   # bytes as int
+    ("hour", {"dtype": "string", "shape": []}, CONSUMER_KIND),     # int as string
+    ("price", {"dtype": "int32", "shape": []}, CONSUMER_KIND),     # float as int
+    ("item_id", {"dtype": "int32", "shape": [2]}, CONSUMER_SHAPE),
 ])
 def test_guard_planted_consumer_mismatch_caught(tmp_path, feature, change, check):
     contract = {**CONTRACT, feature: change}
     findings = run(tmp_path, contract=contract)
     f = only(findings, check, feature)
     assert f.split == "train" and f.count == N
-    if check == guard.CONSUMER_KIND:  # the schema already disagrees with the consumer
-        assert only(findings, guard.SCHEMA_VS_CONSUMER, feature).split is None
+    if check == CONSUMER_KIND:  # the schema already disagrees with the consumer
+        assert only(findings, SCHEMA_VS_CONSUMER, feature).split is None
 
 
 @pytest.mark.parametrize("parse_dtype", ["int32", "uint8", "float64"])
@@ -217,7 +237,7 @@ def test_guard_parse_dtype_wire_cannot_carry_caught(tmp_path, parse_dtype):
     dtype = "float32" if feature == "price" else "int32"
     contract = {**CONTRACT, feature: {"dtype": dtype, "shape": [], "parse_dtype": parse_dtype}}
     findings = run(tmp_path, contract=contract)
-    f = only(findings, guard.PARSE_DTYPE, feature)
+    f = only(findings, PARSE_DTYPE, feature)
     good = "float32" if feature == "price" else "int64"
     assert f.split is None and f"Parse '{feature}' as tf.{good}, then tf.cast" in f.fix
     assert parse_dtype in f.actual
@@ -229,7 +249,7 @@ def test_guard_source_int64_consumed_as_int32_caught(tmp_path):
         "hist": {"arrow_type": "list<item: int32>", "feature": "int64_list"},
         "item_id": {"arrow_type": "int32", "feature": "int64_list"}}}
     findings = run(tmp_path, source=source)
-    f = only(findings, guard.SOURCE_NARROWING, "user_id")
+    f = only(findings, SOURCE_NARROWING, "user_id")
     assert f.actual == "int64 at the source (Parquet)" and "take int64" in f.fix
     assert not [x for x in findings.sorted() if x.feature in ("hist", "item_id")]
 
@@ -253,14 +273,14 @@ def test_guard_int32_signature_over_in_range_int64_data_clean(tmp_path):
     examples = str(tmp_path / "ex")
     write_split(examples, rows)
     schema = text_format.Parse(SCHEMA, schema_pb2.Schema())
-    cfg = guard.GuardConfig(guard.expectations_from_schema(schema), contract.features)
+    cfg = GuardConfig(expectations_from_schema(schema), contract.features)
     assert guard.scan_examples(examples, cfg).sorted() == []
     rows[5]["item_id"] = [2**31 + 5]
     rows[5]["hour"] = [3]
     write_split(examples, rows)
     hits = guard.scan_examples(examples, cfg).sorted()
-    assert {(h.check, h.feature) for h in hits} == {(guard.CONSUMER_RANGE, "item_id"),
-                                                    (guard.DOMAIN, "item_id")}
+    assert {(h.check, h.feature) for h in hits} == {(CONSUMER_RANGE, "item_id"),
+                                                    (DOMAIN, "item_id")}
 
 
 def test_guard_collects_every_finding_at_once(tmp_path):
@@ -269,8 +289,8 @@ def test_guard_collects_every_finding_at_once(tmp_path):
         r.pop("country")
     findings = run(tmp_path, mutate)
     checks = {(f.check, f.feature) for f in findings.sorted()}
-    assert {(guard.WIRE_KIND, "item_id"), (guard.DOMAIN, "hour"), (guard.PRESENCE, "country"),
-            (guard.CONSUMER_MISSING, "country")} <= checks
+    assert {(WIRE_KIND, "item_id"), (DOMAIN, "hour"), (PRESENCE, "country"),
+            (CONSUMER_MISSING, "country")} <= checks
 
 
 def test_guard_findings_merge_order_independent(tmp_path):
@@ -280,16 +300,16 @@ def test_guard_findings_merge_order_independent(tmp_path):
     examples = str(tmp_path / "ex")
     write_split(examples, rows, files=3)
     cfg = config(CONTRACT)
-    files = guard.split_files(examples, "train")
-    parts = [guard.scan_file(p, "train", cfg) for p in files]
-    forward = guard.Findings()
+    files = split_files(examples, "train")
+    parts = [scan_file(p, "train", cfg) for p in files]
+    forward = Findings()
     for p in parts:
         forward.merge(p)
-    backward = guard.Findings()
+    backward = Findings()
     for p in reversed(parts):
         backward.merge(p)
     assert forward.to_json() == backward.to_json()
-    assert only(forward, guard.DOMAIN, "hour").count == 3
+    assert only(forward, DOMAIN, "hour").count == 3
 
 
 def test_report_writes_tfdv_anomalies_and_readable_reports(tmp_path):
@@ -327,7 +347,7 @@ def test_contract_file_bad_dtype_listed(tmp_path):
 
 def test_scan_missing_split_folder_refused(tmp_path):
     with pytest.raises(SchemaGuardInputError, match=r"has no Split-<name>/ folders"):
-        guard.list_splits(str(tmp_path))
+        list_splits(str(tmp_path))
 
 
 def test_scan_corrupt_records_file_refused(tmp_path):

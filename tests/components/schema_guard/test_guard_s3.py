@@ -41,10 +41,14 @@ def test_schema_guard_core_on_s3_examples_and_reports(tmp_path, s3_bucket):
     from tensorflow_metadata.proto.v0 import schema_pb2
 
     from tfx_bridge.components.schema_guard import guard, report
+    from tfx_bridge.components.schema_guard.expectations import (
+        GuardConfig,
+        expectations_from_schema,
+    )
 
     examples = _upload(_ingested(tmp_path), fs.join(s3_bucket, "examples"))
     schema = text_format.Parse(SCHEMA, schema_pb2.Schema())
-    config = guard.GuardConfig(guard.expectations_from_schema(schema))
+    config = GuardConfig(expectations_from_schema(schema))
     findings = guard.scan_examples(examples, config)
     assert sorted(findings.records) == ["eval", "train"]
     assert sum(findings.records.values()) == 40 and not findings.sorted()
