@@ -27,11 +27,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import numpy as np
 
 from tfx_bridge.errors import BridgeError
+from tfx_bridge.storage import fs
 
 MAX_JSON_BYTES = 16 << 20
 MAX_JSON_DEPTH = 64
@@ -74,6 +75,27 @@ def loads_json(text: Union[str, bytes], what: str, max_bytes: int = MAX_JSON_BYT
         raise LimitError(f"{what} nests {depth} levels deep; the limit is {max_depth} "
                          "(JSON settings and specs are flat). Flatten it.")
     return json.loads(data)
+
+
+def read_json(path: str, error: Callable[[str], Exception], fix: str,
+              max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON document in the file ``path`` (a URI), its size checked before a
+    byte is read, then :func:`loads_json`'s checks.
+
+    A file over ``max_bytes`` or not JSON raises ``error`` (the caller's typed
+    error) naming the file, what is wrong and ``fix``; one nested too deeply
+    raises :class:`LimitError`.
+    """
+    size = fs.size(path)
+    if size > max_bytes:
+        raise error(f"{path} is {size:,} bytes, over the {max_bytes:,} a file of its kind "
+                    f"holds. {fix}")
+    try:
+        return loads_json(fs.read_bytes(path), str(path), max_bytes)
+    except LimitError:
+        raise
+    except (UnicodeDecodeError, ValueError) as e:
+        raise error(f"{path} is not JSON ({e}). {fix}") from e
 
 
 def check_elements(count: int, what: str, limit: int = MAX_CHECK_ELEMENTS) -> int:

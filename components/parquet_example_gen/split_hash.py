@@ -1,4 +1,9 @@
 """Split assignment: a deterministic 64-bit hash of each row's values, computed per batch.
+
+The hash is bit-stable by contract: a change to it, or to
+:func:`tfx_bridge.hashing.mix64`, moves rows between splits in every user's
+existing data. tests/components/parquet_example_gen/test_split_hash.py pins
+known values; they are never updated to match new code.
 """
 from __future__ import annotations
 

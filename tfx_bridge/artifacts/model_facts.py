@@ -50,18 +50,9 @@ def model_facts(model_dir: str) -> ModelFacts:
     path = fs.join(model_dir, REPORT_JSON)
     if not fs.exists(path):
         return ModelFacts(None, False, (), None)
-    size = fs.size(path)
-    if size > MAX_REPORT_BYTES:
-        raise ModelFactsError(f"{path} is {size} bytes, over {MAX_REPORT_BYTES}: not a "
-                              "tfx-bridge report. Give the importer's or optimizer's output "
-                              "folder.")
-    try:
-        report = limits.loads_json(fs.read_bytes(path), str(path))
-    except limits.LimitError:
-        raise
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ModelFactsError(f"{path} is not JSON ({e}). Give the importer's or optimizer's "
-                              "output folder, or remove the file.") from e
+    report = limits.read_json(path, ModelFactsError,
+                              "Give the importer's or optimizer's output folder, or remove "
+                              "the file.", MAX_REPORT_BYTES)
     problems = []
     if not isinstance(report, dict):
         raise ModelFactsError(f"{path} holds a {type(report).__name__}, not an object.")

@@ -99,15 +99,9 @@ def read_spec(folder: str) -> ModelSpec:
         raise TorchModelError(
             f"{path} does not exist: a PyTorch model folder holds {SPEC_FILE} and "
             f"{WEIGHTS_FILE} (written by tfx_bridge.torch.model.save in the run_fn).")
-    if fs.size(path) > 1 << 20:
-        raise TorchModelError(f"{path} is over 1 MiB; a model spec is a few lines of JSON.")
-    try:
-        data = limits.loads_json(fs.read_bytes(path), str(path))
-    except limits.LimitError:
-        raise
-    except (UnicodeDecodeError, ValueError) as e:
-        raise TorchModelError(f"{path} is not JSON ({e}); rewrite it with "
-                              "tfx_bridge.torch.model.save.") from e
+    # A spec is a few lines: a larger file is not one.
+    data = limits.read_json(path, TorchModelError, "Rewrite it with tfx_bridge.torch.model.save.",
+                            1 << 20)
     if not isinstance(data, dict) or set(data) - _SPEC_KEYS or not (
             _SPEC_KEYS - {"weights"} <= set(data)):
         raise TorchModelError(
@@ -149,12 +143,7 @@ def read_metrics(folder: str) -> Dict[str, float]:
     path = fs.join(folder, METRICS_FILE)
     if not fs.isfile(path):
         return {}
-    try:
-        data = limits.loads_json(fs.read_bytes(path), str(path))
-    except limits.LimitError:
-        raise
-    except (UnicodeDecodeError, ValueError) as e:
-        raise TorchModelError(f"{path} is not JSON ({e}).") from e
+    data = limits.read_json(path, TorchModelError, "Rewrite it with tfx_bridge.torch.model.save.")
     if not isinstance(data, dict) or not all(
             isinstance(v, (int, float)) and math.isfinite(v) for v in data.values()):
         raise TorchModelError(f"{path} must map metric names to finite numbers.")
