@@ -1,4 +1,4 @@
-"""ONNX -> TF, op by op in ONNX semantics: the importer's own converter.
+"""ONNX -> TF, op by op in ONNX semantics: the interpreter of tfx-bridge's own converter.
 
 No TFX imports; TensorFlow and onnx are imported by the caller's process
 (the ``onnx`` extra). Why a converter of our own: onnx2tf converts to NHWC for

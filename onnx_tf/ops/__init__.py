@@ -1,14 +1,28 @@
-"""Op handlers, one module per family; importing this package registers them all."""
+"""Op handlers, one module per family; importing this package registers them all.
+
+Modules ending in ``_util`` hold helpers shared by a family's modules, no handlers.
+"""
 from tfx_bridge.onnx_tf.ops import (  # noqa: F401
+    activation,
+    arithmetic,
+    cast,
     control,
     conv,
-    elementwise,
-    linalg,
+    expand_pad,
+    gather_scatter,
+    index,
+    logic,
     loss,
+    matmul,
     norm,
     pool,
+    quantize,
+    random_ops,
+    recurrent,
+    reduce,
     resample,
-    tensor,
+    scan,
+    shape,
 )
 from tfx_bridge.onnx_tf.registry import add_fixes  # noqa: E402
 

@@ -1,6 +1,5 @@
-"""ONNX control flow, random and (de)quantize ops in ONNX semantics.
+"""ONNX control flow in ONNX semantics (see onnx_tf/core.py for the handler contract).
 
-See to_tf/core.py for the handler contract. Control flow:
 
 - ``If`` picks its branch at conversion time when the condition is a constant,
   else builds ``tf.cond`` (both branches traced, their outputs must agree in
@@ -8,14 +7,11 @@ See to_tf/core.py for the handler contract. Control flow:
 - ``Loop`` and ``Scan`` become ``tf.while_loop`` whose body interprets the ONNX
   body graph on the loop variables; scan outputs accumulate in TensorArrays.
   A loop with a small constant trip count (and a constant condition) is
-  unrolled instead, so its values fold and keep static shapes.
+  unrolled instead, so its values fold and keep static shapes. Scan is in
+  scan.py, on this module's sub-graph glue.
 
-Random ops are registered with ``fold=False``: they draw at serving time.
 Sequence, optional, string and the other quantized ops are not registered:
 core refuses them by name (:data:`OP_FIXES` holds the fixes to show).
-
-Size: an op table; If/Loop/Scan share the sub-graph interpreter glue, and the
-random and (de)quantize ops are small handlers beside them.
 """
 from __future__ import annotations
 
@@ -63,7 +59,7 @@ def _tensor(node, value):
     return _tf().convert_to_tensor(value)
 
 
-def _run_body(node, attr: str, inputs: Sequence[Any]) -> List[Any]:
+def run_body(node, attr: str, inputs: Sequence[Any]) -> List[Any]:
     """Runs graph attribute ``attr`` on ``inputs`` (seeing the enclosing graphs' values),
     naming the inner node in a refusal (core's run_sub with the failing node named)."""
     from onnx import numpy_helper
@@ -181,13 +177,13 @@ def if_(node):
     if cond is not None:
         if cond.size != 1:
             node.refuse(f"the condition has {cond.size} elements, ONNX needs one")
-        return _run_body(node, "then_branch" if bool(cond.reshape(())) else "else_branch", [])
+        return run_body(node, "then_branch" if bool(cond.reshape(())) else "else_branch", [])
     pred = _scalar(node, node.value(0), tf.bool, "the condition")
     traced = {}
 
     def branch(attr: str, other: str) -> Callable[[], list]:
         def fn():
-            outs = [_tensor(node, o) for o in _run_body(node, attr, [])]
+            outs = [_tensor(node, o) for o in run_body(node, attr, [])]
             traced[attr] = outs
             if other in traced:  # the second branch traced: both must agree
                 _check_branches(node, traced["then_branch"], traced["else_branch"])
@@ -243,7 +239,7 @@ def _while(node, cond_fn, body_fn, loop_vars, invariants):
     return tf.while_loop(cond_fn, body_fn, loop_vars, shape_invariants=relaxed)
 
 
-def _scan_array(node, vi, what: str):
+def scan_array(node, vi, what: str):
     """An empty TensorArray for a scan output declared by body output ``vi``."""
     tf = _tf()
     elem, dims = _declared(vi)
@@ -271,7 +267,7 @@ def _stack(node, values, vi):
     return tf.stack([_tensor(node, v) for v in values])
 
 
-def _check_carried(node, initial, new, names) -> None:
+def check_carried(node, initial, new, names) -> None:
     for name, a, b in zip(names, initial, new, strict=True):
         da = a.dtype if is_const(a) else a.dtype.as_numpy_dtype
         db = b.dtype if is_const(b) else b.dtype.as_numpy_dtype
@@ -310,7 +306,7 @@ def loop(node):
     max_trips = _scalar(node, node.value(0), tf.int64, "M") if node.has(0) else None
     cond_init = _scalar(node, node.value(1), tf.bool, "cond") if use_cond else tf.constant(True)
     carried_t = [_tensor(node, v) for v in carried]
-    arrays = [_scan_array(node, vi, "scan output") for vi in body.output[1 + n_carried:]]
+    arrays = [scan_array(node, vi, "scan output") for vi in body.output[1 + n_carried:]]
 
     def cond_fn(i, cond, *rest):
         if max_trips is None:
@@ -319,9 +315,9 @@ def loop(node):
 
     def body_fn(i, cond, *rest):
         values, tas = list(rest[:n_carried]), list(rest[n_carried:])
-        outs = _run_body(node, "body", [i, cond] + values)
+        outs = run_body(node, "body", [i, cond] + values)
         new = [_tensor(node, o) for o in outs[1:1 + n_carried]]
-        _check_carried(node, values, new, names)
+        check_carried(node, values, new, names)
         next_cond = _scalar(node, outs[0], tf.bool, "the body's condition") if use_cond \
             else cond
         index = tf.cast(i, tf.int32)
@@ -349,9 +345,9 @@ def _unroll_loop(node, trips, cond0, use_cond, carried, names, n_scan) -> Option
     scans: List[list] = [[] for _ in range(n_scan)]
     i = 0
     while i < trips and cond:
-        outs = _run_body(node, "body", [np.array(i, np.int64), np.array(cond)] + values)
+        outs = run_body(node, "body", [np.array(i, np.int64), np.array(cond)] + values)
         new = outs[1:1 + n_carried]
-        _check_carried(node, values, new, names)
+        check_carried(node, values, new, names)
         values = new
         for k in range(n_scan):
             scans[k].append(outs[1 + n_carried + k])
@@ -365,371 +361,3 @@ def _unroll_loop(node, trips, cond0, use_cond, carried, names, n_scan) -> Option
         i += 1
     return values + [_stack(node, s, vi) for s, vi in zip(
         scans, body.output[1 + n_carried:], strict=True)]
-
-
-# --------------------------------------------------------------------------- Scan
-
-
-def _scan_check(info) -> Optional[str]:
-    for name in ("scan_input_directions", "scan_output_directions", "directions"):
-        if any(d not in (0, 1) for d in info.attrs.get(name) or []):
-            return f"{name} {info.attrs[name]} (ONNX allows 0 and 1)"
-    return None
-
-
-def _moveaxis(tensor, source: int, dest: int):
-    tf = _tf()
-    rank = tensor.shape.rank
-    if source == dest:
-        return tensor
-    perm = [d for d in range(rank) if d != source]
-    perm.insert(dest, source)
-    return tf.transpose(tensor, perm) if not is_const(tensor) else np.transpose(tensor, perm)
-
-
-def _scan_core(node, states, scans, in_axes, in_dirs, out_axes, out_dirs) -> list:
-    """Scan (opset 9+) over ``scans`` (tensors or numpy) with per-input axes/directions."""
-    tf = _tf()
-    body = node.subgraph("body")
-    n_states, n_scan_in = len(states), len(scans)
-    n_out = len(body.output) - n_states
-    if len(body.input) != n_states + n_scan_in or n_out < 0:
-        node.refuse(f"the body has {len(body.input)} inputs and {len(body.output)} outputs for "
-                    f"{n_states} states and {n_scan_in} scan inputs")
-    ranks = [np.ndim(s) if is_const(s) else s.shape.rank for s in scans]
-    if any(r is None for r in ranks):
-        node.refuse("a scan input has an unknown rank")
-    axes = [a + r if a < 0 else a for a, r in zip(in_axes, ranks, strict=True)]
-    if any(not 0 <= a < r for a, r in zip(axes, ranks, strict=True)):
-        node.refuse(f"scan_input_axes {in_axes} out of range for ranks {ranks}")
-    lengths = [s.shape[a] for s, a in zip(scans, axes, strict=True)]
-    if len({v for v in lengths if v is not None}) > 1:
-        node.refuse(f"scan inputs have different lengths {lengths} on their scan axes")
-    static_len = lengths[0] if all(v is not None for v in lengths) else None
-    names = [vi.name for vi in body.input[:n_states]]
-    out_vis = body.output[n_states:]
-
-    def element(x, axis, reverse, i, length):
-        index = (length - 1 - i) if reverse else i
-        if is_const(x) and isinstance(index, int):
-            return np.take(x, index, axis=axis)
-        return tf.gather(_tensor(node, x), index, axis=axis)
-
-    if static_len is not None and static_len <= UNROLL_MAX_TRIPS:
-        values = list(states)
-        collected: List[list] = [[] for _ in range(n_out)]
-        for i in range(static_len):
-            elems = [element(x, a, d == 1, i, static_len)
-                     for x, a, d in zip(scans, axes, in_dirs, strict=True)]
-            outs = _run_body(node, "body", values + elems)
-            _check_carried(node, values, outs[:n_states], names)
-            values = outs[:n_states]
-            for k in range(n_out):
-                collected[k].append(outs[n_states + k])
-        stacked = [_stack(node, c, vi) for c, vi in zip(collected, out_vis, strict=True)]
-    else:
-        scans_t = [_tensor(node, x) for x in scans]
-        length = tf.shape(scans_t[0], out_type=tf.int32)[axes[0]] if static_len is None \
-            else tf.constant(static_len, tf.int32)
-        arrays = [_scan_array(node, vi, "scan output") for vi in out_vis]
-        states_t = [_tensor(node, v) for v in states]
-
-        def cond_fn(i, *rest):
-            return i < length
-
-        def body_fn(i, *rest):
-            values, tas = list(rest[:n_states]), list(rest[n_states:])
-            elems = [element(x, a, d == 1, i, length)
-                     for x, a, d in zip(scans_t, axes, in_dirs, strict=True)]
-            outs = _run_body(node, "body", values + elems)
-            new = [_tensor(node, o) for o in outs[:n_states]]
-            _check_carried(node, values, new, names)
-            tas = [ta.write(i, _tensor(node, o)) for ta, o in zip(tas, outs[n_states:],
-                                                                  strict=True)]
-            return [i + 1] + new + tas
-
-        invariants = [tf.TensorShape([])] + [
-            _invariant(vi, t) for vi, t in zip(body.input[:n_states], states_t, strict=True)]
-        out = _while(node, cond_fn, body_fn, [tf.constant(0, tf.int32)] + states_t + arrays,
-                     invariants + [None] * len(arrays))
-        values = list(out[1:1 + n_states])
-        stacked = [ta.stack() for ta in out[1 + n_states:]]
-
-    results = []
-    for k, value in enumerate(stacked):
-        if out_dirs[k] == 1:  # prepended: the last iteration's value comes first
-            value = value[::-1] if is_const(value) else tf.reverse(value, [0])
-        rank = np.ndim(value) if is_const(value) else value.shape.rank
-        axis = out_axes[k] + rank if out_axes[k] < 0 else out_axes[k]
-        if not 0 <= axis < rank:
-            node.refuse(f"scan_output_axes {out_axes} out of range for rank {rank}")
-        results.append(_moveaxis(value, 0, axis))
-    return values + results
-
-
-def _flags(value, count: int) -> List[int]:
-    flags = list(value or [])
-    if len(flags) > count:
-        raise Unsupported(f"{len(flags)} flags given for {count} values")
-    return flags + [0] * (count - len(flags))
-
-
-@op("Scan", attrs={"body": REQUIRED, "num_scan_inputs": REQUIRED, "directions": None,
-                   "scan_input_axes": None, "scan_input_directions": None,
-                   "scan_output_axes": None, "scan_output_directions": None},
-    check=_scan_check, since=8)
-def scan(node):
-    body = node.subgraph("body")
-    m = node.attr("num_scan_inputs")
-    if node.opset < 9:
-        return _scan8(node, body, m)
-    inputs = [node.value(i) for i in range(node.n)]
-    n_states = len(inputs) - m
-    if n_states < 0 or any(v is None for v in inputs):
-        node.refuse(f"num_scan_inputs {m} does not fit {len(inputs)} inputs")
-    n_out = len(body.output) - n_states
-    return _scan_core(node, inputs[:n_states], inputs[n_states:],
-                      _flags(node.attr("scan_input_axes"), m),
-                      _flags(node.attr("scan_input_directions"), m),
-                      _flags(node.attr("scan_output_axes"), n_out),
-                      _flags(node.attr("scan_output_directions"), n_out))
-
-
-def _scan8(node, body, m):
-    """Scan-8: a batch axis 0 on every state and scan input, the sequence on axis 1; run
-    per batch element over a static batch size."""
-    tf = _tf()
-    inputs = [node.value(i) for i in range(1, node.n)]
-    n_states = len(inputs) - m
-    if n_states < 0 or any(v is None for v in inputs):
-        node.refuse(f"num_scan_inputs {m} does not fit {len(inputs)} inputs")
-    shapes = [list(v.shape) if is_const(v) else v.shape.as_list() for v in inputs]
-    batch = shapes[0][0] if shapes and shapes[0] else None
-    if batch is None or any(not s or s[0] != batch for s in shapes):
-        node.refuse(f"Scan-8 with a dynamic or inconsistent batch dimension ({shapes})",
-                    "export at opset >= 9")
-    if node.has(0):
-        lens = node.const(0, "sequence_lens")
-        full = [s[1] for s in shapes[n_states:]]
-        if any(f is None or np.any(lens != f) for f in full):
-            node.refuse("Scan-8 with sequence_lens shorter than the sequence",
-                        "export at opset >= 9 (no sequence_lens)")
-    n_out = len(body.output) - n_states
-    dirs = _flags(node.attr("directions"), m)
-    per_batch = []
-    for b in range(batch):
-        take = [v[b] if is_const(v) else tf.gather(v, b) for v in inputs]
-        per_batch.append(_scan_core(node, take[:n_states], take[n_states:], [0] * m, dirs,
-                                    [0] * n_out, [0] * n_out))
-    outs = []
-    for k in range(len(per_batch[0])):
-        column = [r[k] for r in per_batch]
-        outs.append(np.stack(column) if all(is_const(c) for c in column)
-                    else tf.stack([_tensor(node, c) for c in column]))
-    return outs
-
-
-# --------------------------------------------------------------------------- random
-
-_FLOAT_TYPES = {1: "float32", 10: "float16", 11: "float64"}
-
-
-def _type_name(elem: int) -> str:
-    import onnx
-    return onnx.TensorProto.DataType.Name(elem)
-
-
-def _random_check(info) -> Optional[str]:
-    dtype = info.attrs.get("dtype")
-    first = info.input_types[0] if info.input_types else None
-    if info.op_type in ("Bernoulli", "Multinomial") and first not in (None, *_FLOAT_TYPES):
-        return f"input of type {_type_name(first)} (ONNX needs float16/float32/float64)"
-    if info.op_type == "Multinomial":
-        return None if dtype in (6, 7) else f"dtype {dtype} (ONNX allows INT32/INT64)"
-    if info.op_type == "Bernoulli":
-        return None
-    if dtype is None and info.op_type.endswith("Like"):
-        dtype = first  # the output takes the input's type
-    if dtype is not None and dtype not in _FLOAT_TYPES:
-        return f"dtype {_type_name(dtype)} (a random draw needs float16/float32/float64)"
-    return None
-
-
-def _seed(node) -> Optional[int]:
-    seed = node.attr("seed")
-    return None if seed is None else int(seed)
-
-
-def _like_dtype(node):
-    tf = _tf()
-    dtype = node.attr("dtype")
-    out = core.tf_dtype(dtype) if dtype is not None else node.dtype(0)
-    if out not in (tf.float16, tf.float32, tf.float64):
-        node.refuse(f"output dtype {out.name} (a random draw needs float16/float32/float64)")
-    return out
-
-
-@op("RandomNormal", attrs={"dtype": 1, "mean": 0.0, "scale": 1.0, "seed": None,
-                           "shape": REQUIRED}, check=_random_check, fold=False)
-def random_normal(node):
-    tf = _tf()
-    return tf.random.normal(list(node.attr("shape")), node.attr("mean"), node.attr("scale"),
-                            dtype=core.tf_dtype(node.attr("dtype")), seed=_seed(node))
-
-
-@op("RandomUniform", attrs={"dtype": 1, "low": 0.0, "high": 1.0, "seed": None,
-                            "shape": REQUIRED}, check=_random_check, fold=False)
-def random_uniform(node):
-    tf = _tf()
-    return tf.random.uniform(list(node.attr("shape")), node.attr("low"), node.attr("high"),
-                             dtype=core.tf_dtype(node.attr("dtype")), seed=_seed(node))
-
-
-@op("RandomNormalLike", attrs={"dtype": None, "mean": 0.0, "scale": 1.0, "seed": None},
-    check=_random_check, fold=False)
-def random_normal_like(node):
-    tf = _tf()
-    return tf.random.normal(node.dyn_shape(0), node.attr("mean"), node.attr("scale"),
-                            dtype=_like_dtype(node), seed=_seed(node))
-
-
-@op("RandomUniformLike", attrs={"dtype": None, "low": 0.0, "high": 1.0, "seed": None},
-    check=_random_check, fold=False)
-def random_uniform_like(node):
-    tf = _tf()
-    return tf.random.uniform(node.dyn_shape(0), node.attr("low"), node.attr("high"),
-                             dtype=_like_dtype(node), seed=_seed(node))
-
-
-@op("Bernoulli", attrs={"dtype": None, "seed": None}, check=_random_check, fold=False,
-    since=15)
-def bernoulli(node):
-    tf = _tf()
-    p = node.t(0)
-    if p.dtype not in (tf.float16, tf.float32, tf.float64):
-        node.refuse(f"input of dtype {p.dtype.name}")
-    dtype = core.tf_dtype(node.attr("dtype")) if node.attr("dtype") is not None else p.dtype
-    draw = tf.random.uniform(node.dyn_shape(0), dtype=p.dtype, seed=_seed(node))
-    return tf.cast(draw < p, dtype)
-
-
-@op("Multinomial", attrs={"dtype": 6, "sample_size": 1, "seed": None}, check=_random_check,
-    fold=False, since=7)
-def multinomial(node):
-    tf = _tf()
-    if node.rank(0) != 2:
-        node.refuse(f"input of rank {node.rank(0)} (ONNX needs [batch, classes])")
-    return tf.random.categorical(node.t(0), int(node.attr("sample_size")),
-                                 dtype=core.tf_dtype(node.attr("dtype")), seed=_seed(node))
-
-
-# --------------------------------------------------------------------------- quantize
-
-_QUANT_RANGES = {2: (0, 255), 3: (-128, 127), 4: (0, 65535), 5: (-32768, 32767)}
-_QUANT_ELEMS = {"uint8": 2, "int8": 3, "uint16": 4, "int16": 5}
-_QUANT_NAMES = "int8/uint8/int16/uint16"
-
-
-def _broadcast_param(node, value, x, axis: int, block_size: int):
-    """A scale/zero point shaped to broadcast against ``x`` (ONNX's reshape_input): scalar,
-    per-axis (1-D along ``axis``) or blocked (repeated ``block_size`` times along ``axis``)."""
-    tf = _tf()
-    rank = x.shape.rank
-    shape = value.shape if is_const(value) else value.shape.as_list()
-    if len(shape) == 0:
-        return _tensor(node, value)
-    if len(shape) > 0 and np.prod([d if d is not None else 2 for d in shape]) == 1:
-        return tf.reshape(_tensor(node, value), [])
-    if not block_size:
-        if len(shape) != 1:
-            node.refuse(f"a scale/zero point of shape {list(shape)} without block_size "
-                        "(ONNX needs a scalar or 1-D)")
-        dims = [1] * rank
-        dims[axis] = -1
-        return tf.reshape(_tensor(node, value), dims)
-    if len(shape) != rank:
-        node.refuse(f"blocked quantization with a scale of rank {len(shape)} for input rank "
-                    f"{rank}")
-    repeated = tf.repeat(_tensor(node, value), block_size, axis=axis)
-    return tf.gather(repeated, tf.range(tf.shape(x)[axis]), axis=axis)
-
-
-def _quant_axis(node, x) -> int:
-    axis = int(node.attr("axis", 1))
-    rank = x.shape.rank
-    return axis + rank if axis < 0 else axis
-
-
-def _quant_check(info) -> Optional[str]:
-    if info.op_type == "QuantizeLinear":
-        out = info.attrs.get("output_dtype") or 0
-        if out and out not in _QUANT_RANGES:
-            return f"output_dtype {out} (supported: {_QUANT_NAMES})"
-    return None
-
-
-@op("QuantizeLinear", attrs={"axis": 1, "saturate": 1, "block_size": 0, "output_dtype": 0},
-    check=_quant_check, since=10)
-def quantize_linear(node):
-    tf = _tf()
-    x = node.t(0)
-    if node.has(2):
-        elem = _QUANT_ELEMS.get(node.dtype(2).name)
-    else:
-        elem = node.attr("output_dtype") or 2
-    if elem not in _QUANT_RANGES:
-        node.refuse(f"output type {node.dtype(2).name if node.has(2) else elem} "
-                    f"(supported: {_QUANT_NAMES})", "quantize to 8- or 16-bit integers")
-    if x.dtype not in (tf.float32, tf.float16, tf.int32):
-        node.refuse(f"input of dtype {x.dtype.name}")
-    axis = _quant_axis(node, x)
-    block = int(node.attr("block_size") or 0)
-    scale = _broadcast_param(node, node.value(1), x, axis, block)
-    # numpy's promotion, as ONNX's reference divides (int32 / float32 -> float64)
-    compute = tf.as_dtype(np.result_type(x.dtype.as_numpy_dtype, scale.dtype.as_numpy_dtype))
-    scaled = tf.cast(x, compute) / tf.cast(scale, compute)
-    rounded = tf.cast(tf.round(scaled), tf.float64)  # round half to even, as np.rint
-    if node.has(2):
-        zero = _broadcast_param(node, node.value(2), x, axis, block)
-        rounded = rounded + tf.cast(zero, tf.float64)
-    low, high = _QUANT_RANGES[elem]
-    return tf.cast(tf.clip_by_value(rounded, low, high), core.tf_dtype(elem))
-
-
-@op("DequantizeLinear", attrs={"axis": 1, "block_size": 0}, since=10)
-def dequantize_linear(node):
-    tf = _tf()
-    x = node.t(0)
-    if x.dtype not in (tf.int8, tf.uint8, tf.int16, tf.uint16, tf.int32):
-        node.refuse(f"input of dtype {x.dtype.name} (supported: {_QUANT_NAMES}/int32)",
-                    "dequantize 8- or 16-bit integers")
-    axis = _quant_axis(node, x)
-    block = int(node.attr("block_size") or 0)
-    scale = _broadcast_param(node, node.value(1), x, axis, block)
-    if scale.dtype not in (tf.float32, tf.float16):
-        node.refuse(f"scale of dtype {scale.dtype.name}")
-    # ONNX's reference: x as float32 minus the zero point, times the scale (numpy promotion:
-    # int32 zero points promote to float64), then the scale's dtype.
-    compute = tf.float64 if (x.dtype == tf.int32 and node.has(2)) else tf.float32
-    dx = tf.cast(x, compute)
-    if node.has(2):
-        if node.dtype(2) != x.dtype:
-            node.refuse(f"zero point of dtype {node.dtype(2).name} for input {x.dtype.name}")
-        dx = dx - tf.cast(_broadcast_param(node, node.value(2), x, axis, block), compute)
-    return tf.cast(dx * tf.cast(scale, compute), scale.dtype)
-
-
-@op("DynamicQuantizeLinear", since=11)
-def dynamic_quantize_linear(node):
-    tf = _tf()
-    x = node.t(0)
-    if x.dtype != tf.float32:
-        node.refuse(f"input of dtype {x.dtype.name} (ONNX allows float32)")
-    # ONNX's reference, step by step in float32: the range always includes 0.
-    maxx = tf.maximum(0.0, tf.reduce_max(x))
-    minx = tf.minimum(0.0, tf.reduce_min(x))
-    span = tf.where(tf.equal(maxx, minx), tf.constant(1.0), maxx - minx)
-    scale = span / 255.0
-    zero = tf.round(tf.clip_by_value(0.0 - minx / scale, 0.0, 255.0))
-    y = tf.clip_by_value(tf.round(x / scale) + zero, 0.0, 255.0)
-    return [tf.cast(y, tf.uint8), scale, tf.cast(zero, tf.uint8)]

@@ -1,4 +1,4 @@
-"""ONNX Conv, ConvTranspose and DeformConv in ONNX semantics (see to_tf/core.py for
+"""ONNX Conv, ConvTranspose and DeformConv in ONNX semantics (see onnx_tf/core.py for
 the handler contract).
 
 Tensors stay in ONNX's NC<spatial> layout and are transposed channel-last

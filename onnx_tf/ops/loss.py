@@ -1,4 +1,4 @@
-"""ONNX loss ops in ONNX semantics (see to_tf/core.py for the handler contract).
+"""ONNX loss ops in ONNX semantics (see onnx_tf/core.py for the handler contract).
 
 NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss over inputs [N, C, d1, ...]
 with targets [N, d1, ...]. The class scores are picked with a batched gather

@@ -1,0 +1,130 @@
+"""ONNX gather and scatter ops (see onnx_tf/core.py for the handler contract).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.ops.tensor_util import (
+    INT_TYPES,
+    _axis,
+    _dims,
+    _grid,
+    normalize_indices,
+    vec,
+)
+from tfx_bridge.onnx_tf.registry import op
+
+# --------------------------------------------------------------------------- gather/scatter
+
+
+@op("Gather", attrs={"axis": 0})
+def gather(node):
+    tf = _tf()
+    dims = _dims(node, 0)
+    axis = _axis(node, node.attr("axis"), len(dims))
+    indices = normalize_indices(node.value(1), dims[axis])
+    return tf.gather(node.t(0), indices, axis=axis)
+
+
+@op("GatherElements", attrs={"axis": 0}, since=11)
+def gather_elements(node):
+    tf = _tf()
+    dims = _dims(node, 0)
+    axis = _axis(node, node.attr("axis"), len(dims))
+    indices = normalize_indices(node.value(1), dims[axis])
+    coords = _grid(_dims(node, 1), indices, axis)
+    return tf.gather_nd(node.t(0), coords)
+
+
+@op("GatherND", attrs={"batch_dims": 0}, since=11)
+def gather_nd(node):
+    tf = _tf()
+    batch = int(node.attr("batch_dims"))
+    dims = _dims(node, 0)
+    depth = node.shape(1)[-1]
+    if depth is None:
+        node.refuse("indices with a run-time last dimension")
+    indices = tf.convert_to_tensor(node.t(1))
+    bound = tf.cast(vec(dims[batch:batch + depth]), indices.dtype)
+    indices = tf.where(indices < 0, indices + bound, indices)
+    return tf.gather_nd(node.t(0), indices, batch_dims=batch)
+
+
+REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def _check_reduction(info) -> Optional[str]:
+    reduction = info.attrs.get("reduction", "none")
+    if reduction not in REDUCTIONS:
+        return f"reduction={reduction!r} is not supported (one of {', '.join(REDUCTIONS)})"
+    return None
+
+
+def _scatter_nd(node, data, indices, updates, reduction: str):
+    """ONNX ScatterND (reduction none/add/mul/max/min) with non-negative indices."""
+    tf = _tf()
+    dtype = data.dtype
+    if reduction != "none" and dtype == tf.bool:
+        node.refuse(f"reduction={reduction} on bool tensors", "cast to an integer type")
+    # TF's CPU scatter kernels lack the small integer types; int64 is exact (wraps alike).
+    wide = tf.int64 if dtype.name in INT_TYPES and dtype.name not in ("int32", "int64") \
+        else None
+    if wide is not None:
+        if dtype == tf.uint64:
+            node.refuse("scatter on uint64", "use int64")
+        data, updates = tf.cast(data, wide), tf.cast(updates, wide)
+    if reduction == "none":
+        out = tf.tensor_scatter_nd_update(data, indices, updates)
+    elif reduction == "add":
+        out = tf.tensor_scatter_nd_add(data, indices, updates)
+    elif reduction == "max":
+        out = tf.tensor_scatter_nd_max(data, indices, updates)
+    elif reduction == "min":
+        out = tf.tensor_scatter_nd_min(data, indices, updates)
+    else:  # mul: multiply the product of the updates into each addressed slice
+        shape = tf.shape(data, out_type=tf.int64)
+        depth = indices.shape[-1]
+        lead = shape[:depth]
+        strides = tf.math.cumprod(lead, reverse=True, exclusive=True)
+        flat_idx = tf.reduce_sum(tf.reshape(indices, [-1, depth]) * strides, axis=-1)
+        rows = tf.reduce_prod(lead)
+        flat_data = tf.reshape(data, tf.concat([[rows], shape[depth:]], 0))
+        flat_upd = tf.reshape(updates, tf.concat([[-1], shape[depth:]], 0))
+        product = tf.math.unsorted_segment_prod(flat_upd, flat_idx, rows)
+        out = tf.reshape(flat_data * product, shape)
+    return tf.cast(out, dtype) if wide is not None else out
+
+
+def _scatter_elements(node):
+    tf = _tf()
+    dims = _dims(node, 0)
+    axis = _axis(node, node.attr("axis"), len(dims))
+    indices = normalize_indices(node.value(1), dims[axis])
+    coords = _grid(_dims(node, 1), indices, axis)
+    return _scatter_nd(node, tf.convert_to_tensor(node.t(0)), coords,
+                       tf.convert_to_tensor(node.t(2)), node.attr("reduction", "none"))
+
+
+@op("ScatterElements", attrs={"axis": 0, "reduction": "none"}, check=_check_reduction,
+    since=11)
+def scatter_elements(node):
+    return _scatter_elements(node)
+
+
+@op("Scatter", attrs={"axis": 0}, since=9)
+def scatter(node):
+    return _scatter_elements(node)
+
+
+@op("ScatterND", attrs={"reduction": "none"}, check=_check_reduction, since=11)
+def scatter_nd(node):
+    tf = _tf()
+    depth = node.shape(1)[-1]
+    if depth is None:
+        node.refuse("indices with a run-time last dimension")
+    indices = tf.cast(node.t(1), tf.int64)
+    bound = vec(_dims(node, 0)[:depth])
+    indices = tf.where(indices < 0, indices + bound, indices)
+    return _scatter_nd(node, tf.convert_to_tensor(node.t(0)), indices,
+                       tf.convert_to_tensor(node.t(2)), node.attr("reduction"))

@@ -1,0 +1,159 @@
+"""ONNX MatMul, Gemm, Einsum, Det and the quantized matmuls (see onnx_tf/core.py for
+the handler contract).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.registry import REQUIRED, op
+
+
+def normalize_axis(node, axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        node.refuse(f"{what} {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+# --------------------------------------------------------------------------- integer helpers
+
+_NATIVE_MATMUL = ("float16", "float32", "float64", "int32", "int64")
+_WIDEN = ("int8", "uint8", "int16", "uint16", "uint32")
+
+
+def _in_native_dtype(node, fn: Callable, xs: Sequence, dtype):
+    """fn(*xs) where TF has the kernel; integers it lacks go through int64 (exact modulo
+    2**bits, like ONNX's wrapping integer arithmetic)."""
+    tf = _tf()
+    if dtype.name in _NATIVE_MATMUL:
+        return fn(*xs)
+    if dtype.name == "uint64":
+        return tf.bitcast(fn(*[tf.bitcast(x, tf.int64) for x in xs]), tf.uint64)
+    if dtype.name in _WIDEN:
+        return tf.cast(fn(*[tf.cast(x, tf.int64) for x in xs]), dtype)
+    node.refuse(f"input dtype {dtype.name} is not supported",
+                "use float16/float32/float64 or an integer type")
+
+
+# --------------------------------------------------------------------------- MatMul, Gemm
+
+
+@op("MatMul")
+def matmul(node):
+    tf = _tf()
+    ra, rb = node.rank(0), node.rank(1)
+    if ra == 0 or rb == 0:
+        node.refuse("a scalar MatMul operand", "MatMul needs operands of rank >= 1")
+    a, b = node.t(0), node.t(1)
+    # numpy semantics: a 1-D operand gets a unit dim that is removed afterwards
+    if ra == 1:
+        a = tf.expand_dims(a, 0)
+    if rb == 1:
+        b = tf.expand_dims(b, 1)
+    y = _in_native_dtype(node, tf.linalg.matmul, (a, b), node.dtype(0))
+    squeeze = ([-2] if ra == 1 else []) + ([-1] if rb == 1 else [])
+    return tf.squeeze(y, squeeze) if squeeze else y
+
+
+@op("Gemm", attrs={"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0, "broadcast": 0})
+def gemm(node):
+    tf = _tf()
+    if node.rank(0) != 2 or node.rank(1) != 2:
+        node.refuse(f"Gemm operands of rank {node.rank(0)} and {node.rank(1)}",
+                    "Gemm takes 2-D A and B")
+    dtype = node.dtype(0)
+    alpha, beta = float(node.attr("alpha")), float(node.attr("beta"))
+    if not dtype.is_floating and (alpha != 1.0 or beta not in (0.0, 1.0)):
+        node.refuse(f"integer ({dtype.name}) Gemm with alpha={alpha}, beta={beta}",
+                    "scale in float or use alpha=1, beta=1")
+    ta, tb = bool(node.attr("transA")), bool(node.attr("transB"))
+
+    def mm(x, w):
+        return tf.linalg.matmul(x, w, transpose_a=ta, transpose_b=tb)
+
+    y = _in_native_dtype(node, mm, (node.t(0), node.t(1)), dtype)
+    if alpha != 1.0:
+        y = y * tf.constant(alpha, dtype)
+    if node.has(2) and beta != 0.0:
+        c = node.t(2)
+        if beta != 1.0:
+            c = c * tf.constant(beta, dtype)
+        y = y + c
+    return y
+
+
+# --------------------------------------------------------------------------- Einsum
+
+
+def _einsum_equation(node, equation: str, n_inputs: int) -> str:
+    """The explicit form ``lhs->rhs`` of an ONNX equation (implicit output: the letters
+    seen once, sorted, after the ellipsis)."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != n_inputs:
+        node.refuse(f"equation {equation!r} has {len(terms)} operands for {n_inputs} inputs")
+    for term in terms + ([rhs] if arrow else []):
+        body = term.replace("...", "", 1)
+        if not all(ch.isalpha() for ch in body):
+            node.refuse(f"equation {equation!r}: term {term!r} is not letters with at most "
+                        "one ellipsis")
+    if not arrow:
+        letters = "".join(t.replace("...", "") for t in terms)
+        once = sorted(ch for ch in set(letters) if letters.count(ch) == 1)
+        rhs = ("..." if any("..." in t for t in terms) else "") + "".join(once)
+    out = rhs.replace("...", "")
+    if len(set(out)) != len(out):
+        node.refuse(f"equation {equation!r} repeats a letter in its output")
+    if not set(out) <= set(lhs):
+        node.refuse(f"equation {equation!r} has output letters no input has")
+    return ",".join(terms) + "->" + rhs
+
+
+@op("Einsum", attrs={"equation": REQUIRED}, since=12)
+def einsum(node):
+    tf = _tf()
+    equation = _einsum_equation(node, node.attr("equation"), node.n)
+    xs = [node.t(i) for i in range(node.n)]
+
+    def fn(*args):
+        return tf.einsum(equation, *args)
+
+    try:
+        return _in_native_dtype(node, fn, xs, node.dtype(0))
+    except (ValueError, tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as e:
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        node.refuse(f"equation {node.attr('equation')!r} is not supported by tf.einsum "
+                    f"({first})", "rewrite it as MatMul/Transpose/ReduceSum")
+
+
+# --------------------------------------------------------------------------- Det
+
+
+@op("Det", since=11)
+def det(node):
+    tf = _tf()
+    shape = node.shape(0)
+    if len(shape) < 2:
+        node.refuse(f"Det of a rank-{len(shape)} input", "Det takes [..., M, M]")
+    x = node.t(0)
+    if node.dtype(0) == tf.float16:  # no half kernel: float32 rounded once to half
+        return tf.cast(tf.linalg.det(tf.cast(x, tf.float32)), tf.float16)
+    return tf.linalg.det(x)
+
+
+# --------------------------------------------------------------------------- quantized
+
+def _quantized(info) -> str:
+    return (f"{info.op_type} is a quantized (integer) matmul, which this converter does not "
+            "implement; export the float model (no quantization)")
+
+
+@op("MatMulInteger", check=_quantized, since=10)
+def matmul_integer(node):
+    node.refuse(_quantized(node))
+
+
+@op("QLinearMatMul", check=_quantized, since=10)
+def qlinear_matmul(node):
+    node.refuse(_quantized(node))
