@@ -43,7 +43,7 @@ no TFX imports.
 
 Example:
     >>> import tempfile, tensorflow as tf
-    >>> from tfx_bridge import fs
+    >>> from tfx_bridge.storage import fs
     >>> root = tempfile.mkdtemp()
     >>> fs.makedirs(fs.join(root, "Split-train"))
     >>> opts = tf.io.TFRecordOptions(compression_type="GZIP")
