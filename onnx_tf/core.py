@@ -100,6 +100,15 @@ def as_carrier(array: np.ndarray, elem_type: int) -> np.ndarray:
     return array.astype(carrier)
 
 
+def type_name(elem_type: int) -> str:
+    """ONNX's name of an element type (``FLOAT``, ``BFLOAT16``), or the number if unknown."""
+    import onnx
+    try:
+        return onnx.TensorProto.DataType.Name(elem_type)
+    except ValueError:
+        return str(elem_type)
+
+
 def np_dtype(elem_type: int):
     """numpy (carrier) dtype of an ONNX element type; Unsupported for strings, complex, ..."""
     carrier = _carrier(elem_type)

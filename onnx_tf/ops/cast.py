@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from tfx_bridge.onnx_tf.core import NARROW_TYPES, NP_TYPES, NodeInfo, np_dtype
+from tfx_bridge.onnx_tf.core import NARROW_TYPES, NP_TYPES, NodeInfo, np_dtype, type_name
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.registry import REQUIRED, op
 
@@ -23,14 +23,6 @@ def _cast_target(to) -> int:
     return int(to)
 
 
-def _type_name(elem: int) -> str:
-    import onnx
-    try:
-        return onnx.TensorProto.DataType.Name(elem)
-    except ValueError:
-        return str(elem)
-
-
 _CAST_FIX = "cast to a float, integer, bool, bfloat16, float8 or 4-bit integer type"
 
 
@@ -40,14 +32,14 @@ def _cast_check(info: NodeInfo) -> Optional[str]:
     except ValueError:
         return f"to={info.attrs.get('to')!r} is not an ONNX type"
     if elem not in NP_TYPES and elem not in NARROW_TYPES:
-        return f"cast to {_type_name(elem)} is not supported ({_CAST_FIX})"
+        return f"cast to {type_name(elem)} is not supported ({_CAST_FIX})"
     return None
 
 
 def _cast_to(node, elem: int):
     tf = _tf()
     if elem not in NP_TYPES and elem not in NARROW_TYPES:
-        node.refuse(f"cast to {_type_name(elem)} is not supported", _CAST_FIX)
+        node.refuse(f"cast to {type_name(elem)} is not supported", _CAST_FIX)
     src = _narrow_source(node, 0)
     if src is None and elem not in NARROW_TYPES:
         target = tf.as_dtype(NP_TYPES[elem])
@@ -62,7 +54,7 @@ def _cast_to(node, elem: int):
         return node.value(0)
     if elem in _AMBIGUOUS and _onnx_type(node, node.proto.output[0]) != elem:
         # A uint8/int8 carrier is only read right where ONNX's type says what it holds.
-        node.refuse(f"cast to {_type_name(elem)} without ONNX's inferred output type",
+        node.refuse(f"cast to {type_name(elem)} without ONNX's inferred output type",
                     "run ONNX shape inference on the model first")
     x = node.t(0)
     if src in _INT4_RANGE and elem not in NARROW_TYPES:
@@ -195,7 +187,7 @@ def cast(node):
 def _castlike_check(info: NodeInfo) -> Optional[str]:
     target = info.input_types[1] if len(info.input_types) > 1 else None
     if target and target not in NP_TYPES and target not in NARROW_TYPES:
-        return f"cast to {_type_name(target)} is not supported ({_CAST_FIX})"
+        return f"cast to {type_name(target)} is not supported ({_CAST_FIX})"
     return None
 
 

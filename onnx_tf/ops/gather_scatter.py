@@ -27,14 +27,18 @@ def gather(node):
     return tf.gather(node.t(0), indices, axis=axis)
 
 
-@op("GatherElements", attrs={"axis": 0}, since=11)
-def gather_elements(node):
-    tf = _tf()
+def _element_coords(node):
+    """Full coordinates of every element of the indices (input 1) along ``axis`` of the
+    data (input 0): the form gather_nd / scatter_nd take for *Elements ops."""
     dims = _dims(node, 0)
     axis = _axis(node, node.attr("axis"), len(dims))
     indices = normalize_indices(node.value(1), dims[axis])
-    coords = _grid(_dims(node, 1), indices, axis)
-    return tf.gather_nd(node.t(0), coords)
+    return _grid(_dims(node, 1), indices, axis)
+
+
+@op("GatherElements", attrs={"axis": 0}, since=11)
+def gather_elements(node):
+    return _tf().gather_nd(node.t(0), _element_coords(node))
 
 
 @op("GatherND", attrs={"batch_dims": 0}, since=11)
@@ -98,11 +102,7 @@ def _scatter_nd(node, data, indices, updates, reduction: str):
 
 def _scatter_elements(node):
     tf = _tf()
-    dims = _dims(node, 0)
-    axis = _axis(node, node.attr("axis"), len(dims))
-    indices = normalize_indices(node.value(1), dims[axis])
-    coords = _grid(_dims(node, 1), indices, axis)
-    return _scatter_nd(node, tf.convert_to_tensor(node.t(0)), coords,
+    return _scatter_nd(node, tf.convert_to_tensor(node.t(0)), _element_coords(node),
                        tf.convert_to_tensor(node.t(2)), node.attr("reduction", "none"))
 
 

@@ -153,16 +153,20 @@ def eye_like(node):
     return tf.cast(tf.equal(cols - rows, int(node.attr("k"))), dtype)
 
 
+def _nchw_and_block(node):
+    """The 4-D input's dimensions (N, C, H, W) and the ``blocksize``; refused if not 4-D."""
+    dims = _dims(node, 0)
+    if len(dims) != 4:
+        node.refuse(f"{node.op_type} on a tensor that is not 4-D (NCHW)")
+    return (*dims, int(node.attr("blocksize")))
+
+
 @op("DepthToSpace", attrs={"blocksize": REQUIRED, "mode": "DCR"},
     check=lambda info: None if info.attrs.get("mode", "DCR") in ("DCR", "CRD") else
     f"mode={info.attrs.get('mode')!r} is not supported (DCR or CRD)")
 def depth_to_space(node):
     tf = _tf()
-    dims = _dims(node, 0)
-    if len(dims) != 4:
-        node.refuse("DepthToSpace on a tensor that is not 4-D (NCHW)")
-    n, c, h, w = dims
-    b = int(node.attr("blocksize"))
+    n, c, h, w, b = _nchw_and_block(node)
     if node.attr("mode") == "DCR":
         x = tf.reshape(node.t(0), vec([n, b, b, c // b // b, h, w]))
         x = tf.transpose(x, [0, 3, 4, 1, 5, 2])
@@ -175,11 +179,7 @@ def depth_to_space(node):
 @op("SpaceToDepth", attrs={"blocksize": REQUIRED})
 def space_to_depth(node):
     tf = _tf()
-    dims = _dims(node, 0)
-    if len(dims) != 4:
-        node.refuse("SpaceToDepth on a tensor that is not 4-D (NCHW)")
-    n, c, h, w = dims
-    b = int(node.attr("blocksize"))
+    n, c, h, w, b = _nchw_and_block(node)
     x = tf.reshape(node.t(0), vec([n, c, h // b, b, w // b, b]))
     x = tf.transpose(x, [0, 3, 5, 1, 2, 4])
     return tf.reshape(x, vec([n, c * b * b, h // b, w // b]))

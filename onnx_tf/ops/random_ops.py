@@ -14,16 +14,11 @@ from tfx_bridge.onnx_tf.registry import REQUIRED, op
 _FLOAT_TYPES = {1: "float32", 10: "float16", 11: "float64"}
 
 
-def _type_name(elem: int) -> str:
-    import onnx
-    return onnx.TensorProto.DataType.Name(elem)
-
-
 def _random_check(info) -> Optional[str]:
     dtype = info.attrs.get("dtype")
     first = info.input_types[0] if info.input_types else None
     if info.op_type in ("Bernoulli", "Multinomial") and first not in (None, *_FLOAT_TYPES):
-        return f"input of type {_type_name(first)} (ONNX needs float16/float32/float64)"
+        return f"input of type {core.type_name(first)} (ONNX needs float16/float32/float64)"
     if info.op_type == "Multinomial":
         return None if dtype in (6, 7) else f"dtype {dtype} (ONNX allows INT32/INT64)"
     if info.op_type == "Bernoulli":
@@ -31,7 +26,7 @@ def _random_check(info) -> Optional[str]:
     if dtype is None and info.op_type.endswith("Like"):
         dtype = first  # the output takes the input's type
     if dtype is not None and dtype not in _FLOAT_TYPES:
-        return f"dtype {_type_name(dtype)} (a random draw needs float16/float32/float64)"
+        return f"dtype {core.type_name(dtype)} (a random draw needs float16/float32/float64)"
     return None
 
 
@@ -49,36 +44,39 @@ def _like_dtype(node):
     return out
 
 
+def _draw(node, shape, dtype):
+    """A normal draw (``mean``, ``scale``) or a uniform one (``low``, ``high``), as the
+    op type says."""
+    tf = _tf()
+    if "Normal" in node.op_type:
+        return tf.random.normal(shape, node.attr("mean"), node.attr("scale"), dtype=dtype,
+                                seed=_seed(node))
+    return tf.random.uniform(shape, node.attr("low"), node.attr("high"), dtype=dtype,
+                             seed=_seed(node))
+
+
 @op("RandomNormal", attrs={"dtype": 1, "mean": 0.0, "scale": 1.0, "seed": None,
                            "shape": REQUIRED}, check=_random_check, fold=False)
 def random_normal(node):
-    tf = _tf()
-    return tf.random.normal(list(node.attr("shape")), node.attr("mean"), node.attr("scale"),
-                            dtype=core.tf_dtype(node.attr("dtype")), seed=_seed(node))
+    return _draw(node, list(node.attr("shape")), core.tf_dtype(node.attr("dtype")))
 
 
 @op("RandomUniform", attrs={"dtype": 1, "low": 0.0, "high": 1.0, "seed": None,
                             "shape": REQUIRED}, check=_random_check, fold=False)
 def random_uniform(node):
-    tf = _tf()
-    return tf.random.uniform(list(node.attr("shape")), node.attr("low"), node.attr("high"),
-                             dtype=core.tf_dtype(node.attr("dtype")), seed=_seed(node))
+    return _draw(node, list(node.attr("shape")), core.tf_dtype(node.attr("dtype")))
 
 
 @op("RandomNormalLike", attrs={"dtype": None, "mean": 0.0, "scale": 1.0, "seed": None},
     check=_random_check, fold=False)
 def random_normal_like(node):
-    tf = _tf()
-    return tf.random.normal(node.dyn_shape(0), node.attr("mean"), node.attr("scale"),
-                            dtype=_like_dtype(node), seed=_seed(node))
+    return _draw(node, node.dyn_shape(0), _like_dtype(node))
 
 
 @op("RandomUniformLike", attrs={"dtype": None, "low": 0.0, "high": 1.0, "seed": None},
     check=_random_check, fold=False)
 def random_uniform_like(node):
-    tf = _tf()
-    return tf.random.uniform(node.dyn_shape(0), node.attr("low"), node.attr("high"),
-                             dtype=_like_dtype(node), seed=_seed(node))
+    return _draw(node, node.dyn_shape(0), _like_dtype(node))
 
 
 @op("Bernoulli", attrs={"dtype": None, "seed": None}, check=_random_check, fold=False,
