@@ -169,7 +169,7 @@ def _import_local(job: _Job, output_dir: str, shown_source: ModelSource,
     """Runs every step into ``output_dir`` (the Model artifact layout).
 
     ``job.graph_rewrites=False`` gives onnx2tf the exported ONNX as it is (no
-    rewrite.py rewrites; the export's rewrites still apply), to measure what the
+    onnx2tf/graph_rewrites.py rewrites; the export's rewrites still apply), to measure what the
     ONNX-level rewrites buy.
     """
     source, inputs, output_names = job.source, job.inputs, job.output_names

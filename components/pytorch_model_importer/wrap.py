@@ -42,7 +42,7 @@ def wrap_saved_model(converted, out_dir: str, inputs: Sequence[TensorSpec],
     """Saves the declared ``serving_default`` and the tf.Example signature.
 
     ``converted`` is a converter's SavedModel folder, or our converter's
-    in-memory result (to_tf.core.Converted: its module and concrete function),
+    in-memory result (tfx_bridge.onnx_tf.Converted: its module and concrete function),
     which saves a SavedModel write and load per import. ``unused``: declared
     inputs the model never reads (absent from the exported graph): the
     signatures take them, as clients send them, and ignore them. ``row_wise``:
