@@ -8,8 +8,6 @@ from tfx_bridge.cli.common import EXIT_CHECK_FAILED, EXIT_OK, Progress, add_comm
 
 
 def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
-    from tfx_bridge.artifacts import savedmodel
-    from tfx_bridge.artifacts.model_facts import model_facts
     from tfx_bridge.components.serving_pusher import serving
     from tfx_bridge.components.serving_pusher.config import PusherConfig
 
@@ -18,16 +16,10 @@ def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
         target=args.target, allow_contract_change=args.allow_contract_change,
         keep_versions=args.keep_versions, warmup_records=args.warmup_records,
         server_base_path=args.server_base_path)
-    # push() checks the folder's entries itself and records a refusal (exit 1).
-    saved_model = savedmodel.resolve_saved_model(args.model, check_entries=False)
-    facts = model_facts(args.model)  # as the executor reads the artifact folder
-    blessings = {}
-    if facts.blessed is not None:
-        blessings[serving.MODEL_GATE] = int(facts.blessed)
     progress = Progress(2, enabled=not args.quiet)
-    result = serving.push(saved_model, config, requires_gpu=facts.requires_gpu,
-                          serving_flags=list(facts.serving_flags), examples_dir=args.examples,
-                          blessings=blessings, lock_timeout_s=args.lock_timeout)
+    # The executor's core: the same gates and the same "nothing new" check.
+    result = serving.push_model(config, args.model, imported_model_dir=args.imported_model,
+                                examples_dir=args.examples, lock_timeout_s=args.lock_timeout)
     progress(result.reason)
     print(("Pushed: " if result.pushed else "Not pushed: ") + result.reason)
     progress("Done")
@@ -58,6 +50,9 @@ def add_parser(sub) -> None:
     psh.add_argument("--model-name", required=True)
     psh.add_argument("--label", default=defaults.label, choices=list(LABELS))
     psh.add_argument("--target", default=defaults.target, choices=list(TARGETS))
+    psh.add_argument("--imported-model", default=None,
+                     help="the importer's Model folder the model came from: its verdict gates "
+                          "the push and its source digest decides \"nothing new\"")
     psh.add_argument("--examples", default=None, help="Examples folder for warmup requests")
     psh.add_argument("--allow-contract-change", action="store_true",
                      help="push even if inputs/outputs differ from the served version")
@@ -68,7 +63,7 @@ def add_parser(sub) -> None:
     psh.add_argument("--server-base-path", default=defaults.server_base_path,
                      help="where the server sees --base-path (models.config and the manifest's "
                           f"mount use it; default {defaults.server_base_path})")
-    psh.add_argument("--lock-timeout", type=float, default=600.0,
+    psh.add_argument("--lock-timeout", type=float, default=PusherConfig.LOCK_TIMEOUT_S,
                      help="seconds to wait for another push's lock before exit 4 (busy)")
     add_common(psh)
     psh.set_defaults(func=cmd_push)

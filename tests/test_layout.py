@@ -167,7 +167,8 @@ ALLOWED_LOCAL_FILE_CALLS = {
     "components/schema_guard/component.py": "a relative contract path checked at build time",
     "components/serving_pusher/inspect_model.py": "the child process loads a local copy",
     "components/serving_pusher/publish.py":
-        "the local-disk publisher (flock, fsync, rename); s3 base paths take object_store.py",
+        "the local-disk publisher (flock, fsync, rename); s3 base paths take "
+        "object_store_publisher.py",
     "pipelines/train_demo_model.py": "torch.save writes into a local_output staging folder",
 }
 

@@ -11,6 +11,8 @@ LOCK_FILE = ".push.lock"
 STAGING_PREFIX = ".staging-"
 WARMUP_DIR = "assets.extra"
 WARMUP_FILE = "tf_serving_warmup_requests"
+# The push result inside the PushedModel folder.
+PUSH_REPORT = "push.json"
 MAX_WARMUP = 1000
 DEFAULT_WARMUP_RECORDS = 10
 DEFAULT_KEEP_VERSIONS = 5

@@ -8,12 +8,7 @@ from tfx.types import channel, standard_artifacts
 
 from tfx_bridge.components.serving_pusher import executor
 from tfx_bridge.components.serving_pusher.config import PusherConfig
-from tfx_bridge.components.serving_pusher.spec import (  # noqa: F401  (the keys: public)
-    CONFIG_KEY,
-    MODEL_KEY,
-    PUSHED_MODEL_KEY,
-    ServingPusherSpec,
-)
+from tfx_bridge.components.serving_pusher.spec import ServingPusherSpec
 
 _DEFAULTS = PusherConfig.defaults()
 

@@ -26,9 +26,9 @@ from tfx_bridge.components.serving_pusher.base_layout import (
     TARGETS,
 )
 from tfx_bridge.components.serving_pusher.errors import PusherConfigError
+from tfx_bridge.components.serving_pusher.publisher import publisher_kind
 from tfx_bridge.config import Config
 from tfx_bridge.errors import BridgeError
-from tfx_bridge.storage import fs
 from tfx_bridge.storage.names import check_segment, uri_problem
 
 
@@ -44,13 +44,13 @@ def check_model_name(model_name: str) -> str:
 
 
 def base_path_problem(base_path: str) -> Optional[str]:
-    """Local folders and ``s3://`` only: publishing on an object store needs
-    conditional writes (object_store.py), which the filesystem layer has for s3;
+    """Local folders and ``s3://`` only (:func:`publisher.publisher_kind`): publishing
+    on an object store needs conditional writes, which the filesystem layer has for s3;
     a push must never fall back to a local folder named ``gs:``."""
     why = uri_problem(base_path)
     if why:
         return f"base path {why}"
-    if fs.is_remote(base_path) and not base_path.startswith("s3://"):
+    if publisher_kind(base_path) is None:
         return (f"base path {base_path}: ServingPusher publishes to local or mounted folders "
                 "and to s3:// (versions are taken by conditional writes, which tfx-bridge "
                 "implements for S3 only). Push to s3://, or to a folder the server mounts "
@@ -64,6 +64,9 @@ class PusherConfig(Config):
 
     COMPONENT = "ServingPusher"
     ERROR = PusherConfigError
+    # Seconds a push waits for another push's lock on the model or the base path
+    # before it gives up as busy (exit 4); the CLI's --lock-timeout default.
+    LOCK_TIMEOUT_S = 600.0
 
     base_path: str
     model_name: str

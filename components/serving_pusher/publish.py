@@ -1,12 +1,10 @@
-"""Publishing versions; retention and labels.
+"""The local-disk publisher: a base path on local disk or a mounted volume.
 
-On local disk (or a mounted volume) a version is staged in the model's folder,
-fsynced, and renamed to its number under an flock; this module does that, and
-is the one place in the pusher that uses local file calls (flock, fsync and
-rename need them). On an object store the same steps are built from
-conditional writes in :mod:`object_store`; :func:`publish`,
-:func:`clean_stale_staging`, :func:`apply_retention` and :func:`push_lock`
-pick the right one from the base path.
+A version is staged in the model's folder, fsynced, and renamed to its number
+under an flock, so it appears complete or not at all; retention renames a
+version away before deleting it. The one place in the pusher that uses local
+file calls (flock, fsync and rename need them). The object-store publisher is
+:mod:`object_store_publisher`; :func:`publisher.publisher_for` picks one.
 """
 from __future__ import annotations
 
@@ -17,26 +15,22 @@ import shutil
 import socket
 import time
 import uuid
-from typing import List, Optional
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from tfx_bridge.components.serving_pusher import object_store
 from tfx_bridge.components.serving_pusher.base_layout import (
-    LABELS,
     LOCK_FILE,
     STAGING_PREFIX,
+    STATE_FILE,
     WARMUP_DIR,
     WARMUP_FILE,
 )
+from tfx_bridge.components.serving_pusher.config import PusherConfig
 from tfx_bridge.components.serving_pusher.errors import (
     PusherConfigError,
     PushLocked,
     PushRefused,
 )
-from tfx_bridge.components.serving_pusher.state import (  # noqa: F401  (re-exported)
-    State,
-    update_state,
-    versions,
-)
+from tfx_bridge.components.serving_pusher.state import State, integer_folders
 from tfx_bridge.errors import resource_error
 from tfx_bridge.runlock import open_lock_file, wait_for_flock
 from tfx_bridge.storage import fs
@@ -77,15 +71,9 @@ def check_model_root(model_root: str) -> None:
 
 
 @contextlib.contextmanager
-def push_lock(model_root: str, timeout_s: float = 600.0):
-    """An exclusive lock in the base path (flock: released if the holder dies).
-
-    Object stores have no lock: there every shared write is conditional
-    (:mod:`object_store`), so this holds nothing and writes nothing.
-    """
-    if fs.is_remote(model_root):
-        yield
-        return
+def push_lock(model_root: str, timeout_s: float = PusherConfig.LOCK_TIMEOUT_S):
+    """An exclusive lock in a local base path or model folder (flock: released if
+    the holder dies)."""
     check_model_root(model_root)
     os.makedirs(model_root, exist_ok=True)
     fd = open_lock_file(os.path.join(model_root, LOCK_FILE))
@@ -143,14 +131,10 @@ class AlreadyPublished(Exception):
         self.version = version
 
 
-def publish(saved_model_dir: str, base_path: str, model_name: str,
-            warmup_file: Optional[str] = None, label: Optional[str] = "stable",
-            digest: Optional[str] = None, lock_timeout_s: float = 600.0) -> int:
-    """Stages, fsyncs and renames into the next version; returns it. On an object
-    store: :func:`object_store.publish`."""
-    if fs.is_remote(base_path):
-        return object_store.publish(saved_model_dir, base_path, model_name, warmup_file,
-                                    label, digest)
+def _publish(saved_model_dir: str, base_path: str, model_name: str,
+             warmup_file: Optional[str], label: Optional[str], digest: Optional[str],
+             lock_timeout_s: float) -> int:
+    """Stages, fsyncs and renames into the next version; returns it."""
     model_root = child(base_path, model_name)
     check_model_root(model_root)  # staging is written inside it, before the lock
     os.makedirs(model_root, exist_ok=True)
@@ -166,14 +150,14 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
             state = State.load(model_root)
             same = state.labels.get(label) if label is not None else None
             if digest is not None and same is not None and \
-                    state.digests.get(str(same)) == digest and same in versions(model_root):
+                    state.digests.get(str(same)) == digest and same in _versions(model_root):
                 # A concurrent push of the same model got here first (the caller's
                 # check ran before the lock): one version, not two.
                 raise AlreadyPublished(same)
-            version = max([state.last_version, *versions(model_root)]) + 1
+            version = max([state.last_version, *_versions(model_root)]) + 1
             # Issue the number first: a crash after this wastes a number, never reuses one.
             state.last_version = version
-            state.save(model_root)
+            _save_state(model_root, state)
             os.rename(staging, child(model_root, str(version)))
             _fsync_dir(model_root)
             if digest is not None:
@@ -182,7 +166,7 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
                 state.labels[label] = version
                 if "stable" not in state.labels:
                     state.labels["stable"] = version
-            state.save(model_root)
+            _save_state(model_root, state)
         return version
     finally:
         if os.path.exists(staging):
@@ -190,11 +174,7 @@ def publish(saved_model_dir: str, base_path: str, model_name: str,
 
 
 def clean_stale_staging(model_root: str) -> List[str]:
-    """Removes staging folders of pushes that died (call while holding the lock). On
-    an object store: :func:`object_store.clean_stale` (old leftovers only: no lock
-    tells a dead push from a live one there)."""
-    if fs.is_remote(model_root):
-        return object_store.clean_stale(fs.dirname(model_root), fs.basename(model_root))
+    """Removes staging folders of pushes that died (call while holding the lock)."""
     removed = []
     if not os.path.isdir(model_root):
         return removed
@@ -237,15 +217,10 @@ def _owner_alive(model_root: str, name: str) -> bool:
     return True
 
 
-def apply_retention(model_root: str, keep: int) -> List[int]:
-    """Keeps the newest ``keep`` versions and every labeled one; returns removed."""
-    if keep < 1:
-        raise PusherConfigError(f"keep_versions must be >= 1, got {keep}.")
-    if fs.is_remote(model_root):
-        return object_store.apply_retention(model_root, keep)
+def _apply_retention(model_root: str, keep: int) -> List[int]:
     state = State.load(model_root)
     labeled = set(state.labels.values())
-    all_versions = versions(model_root)
+    all_versions = _versions(model_root)
     keep_set = set(all_versions[-keep:]) | labeled
     removed = [v for v in all_versions if v not in keep_set]
     for v in removed:
@@ -256,20 +231,62 @@ def apply_retention(model_root: str, keep: int) -> List[int]:
     return removed
 
 
-def set_label(base_path: str, model_name: str, label: str, version: int) -> None:
-    model_root = fs.join(base_path, model_name)
-    if label not in LABELS:
-        raise PusherConfigError(f"label {label!r}: use one of {LABELS}.")
+def _versions(model_root: str) -> List[int]:
+    # A version folder appears by an atomic rename, complete.
+    return sorted(int(d) for d in integer_folders(model_root)
+                  if os.path.isdir(child(model_root, d)))
 
-    def move(state: State) -> None:
-        present = versions(model_root)
-        if version not in present or version in state.retired:
-            raise PusherConfigError(
-                f"{model_name} has no version {version} under {base_path}; versions: "
-                f"{[v for v in present if v not in state.retired]}.")
-        if not fs.isfile(fs.join(model_root, str(version), "saved_model.pb")):
-            raise PushRefused(f"{model_root}/{version} is incomplete (no saved_model.pb).")
-        state.labels[label] = version
 
-    with push_lock(model_root):
-        update_state(model_root, move)
+def _save_state(model_root: str, state: State) -> None:
+    fs.write_bytes(fs.join(model_root, STATE_FILE), state.dumps(), sync=True)
+
+
+class LocalDiskPublisher:
+    """:class:`~.publisher.Publisher` on local disk or a mounted volume."""
+
+    def check_base_path(self, base_path: str) -> None:
+        pass  # a local folder needs no credentials; the model folder is checked below
+
+    def check_model_root(self, model_root: str) -> None:
+        check_model_root(model_root)
+
+    def lock(self, root: str, timeout_s: float = PusherConfig.LOCK_TIMEOUT_S):
+        return push_lock(root, timeout_s)
+
+    def publish(self, saved_model_dir: str, base_path: str, model_name: str,
+                warmup_file: Optional[str] = None, label: Optional[str] = "stable",
+                digest: Optional[str] = None,
+                lock_timeout_s: float = PusherConfig.LOCK_TIMEOUT_S) -> int:
+        return _publish(saved_model_dir, base_path, model_name, warmup_file, label, digest,
+                        lock_timeout_s)
+
+    def versions(self, model_root: str) -> List[int]:
+        return _versions(model_root)
+
+    def update_state(self, model_root: str, change: Callable[[State], None]) -> State:
+        """The caller holds the model's lock."""
+        state = State.load(model_root)
+        change(state)
+        _save_state(model_root, state)
+        return state
+
+    def write_files(self, base_path: str, makers: Mapping[str, Callable[[], str]]
+                    ) -> Dict[str, str]:
+        paths = {name: fs.join(base_path, name) for name in makers}
+        with push_lock(base_path):
+            for name, make in makers.items():
+                fs.write_text(paths[name], make(), sync=True)
+        return paths
+
+    def clean_staging(self, model_root: str) -> List[str]:
+        return clean_stale_staging(model_root)
+
+    def apply_retention(self, model_root: str, keep: int) -> List[int]:
+        return _apply_retention(model_root, keep)
+
+    def server_volume(self, base_path: str, app: str) -> Tuple[dict, List[dict]]:
+        return {"hostPath": {"path": os.path.abspath(base_path)}}, []
+
+    @contextlib.contextmanager
+    def local_folder(self, folder: str) -> Iterator[str]:
+        yield folder

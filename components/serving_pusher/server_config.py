@@ -2,7 +2,6 @@
 """
 from __future__ import annotations
 
-import os
 from typing import Dict, List, Optional, Sequence
 
 from tfx_bridge.artifacts.savedmodel import SERVER_FLAGS
@@ -20,8 +19,8 @@ from tfx_bridge.components.serving_pusher.base_layout import (
 from tfx_bridge.components.serving_pusher.errors import (
     PusherConfigError,
 )
-from tfx_bridge.components.serving_pusher.publish import push_lock
-from tfx_bridge.components.serving_pusher.state import State, conditional_update, versions
+from tfx_bridge.components.serving_pusher.publisher import publisher_for
+from tfx_bridge.components.serving_pusher.state import State, versions
 from tfx_bridge.storage import fs
 
 
@@ -117,15 +116,13 @@ def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
                  app: str = "tf-serving", server_base_path: str = SERVER_MOUNT) -> str:
     """Deployment + Service for tensorflow/serving, built as data and dumped with PyYAML.
 
-    ``base_path`` is mounted at ``server_base_path``, where models.config points.
-    An ``s3://`` base path is mounted read-only by the Mountpoint for Amazon S3
-    CSI driver (a PersistentVolume and its claim are added): stock TF Serving
-    images since 2.7 cannot read s3:// themselves (tensorflow/serving#1963).
+    ``base_path`` is mounted at ``server_base_path``, where models.config points,
+    by the volume its publisher names (a host path, or an object-store driver's).
     """
     import yaml
 
     mount = server_base_path.rstrip("/")
-    volume, storage = _model_volume(base_path, app)
+    volume, storage = publisher_for(base_path).server_volume(base_path, app)
     args = ["--port=8500", "--rest_api_port=8501",
             f"--model_config_file={mount}/{MODELS_CONFIG}",
             "--model_config_file_poll_wait_seconds=60", "--enable_batching",
@@ -161,36 +158,6 @@ def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
     return header + yaml.safe_dump_all([*storage, deployment, service], sort_keys=False)
 
 
-def _model_volume(base_path: str, app: str):
-    """(the pod's volume source, extra objects it needs) for the base path."""
-    if not fs.is_remote(base_path):
-        return {"hostPath": {"path": os.path.abspath(base_path)}}, []
-    from tfx_bridge.storage import objectstore, s3
-
-    bucket, prefix = s3.split(base_path)
-    options = ["allow-other"]
-    if prefix.strip("/"):
-        options.append(f"prefix {prefix.strip('/')}/")
-    if objectstore.region():
-        options.append(f"region {objectstore.region()}")
-    if objectstore.endpoint_url():
-        options += [f"endpoint-url {objectstore.endpoint_url()}", "force-path-style"]
-    claim = f"{app}-models"
-    volume = {
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": claim},
-        "spec": {"capacity": {"storage": "1Gi"},  # required by the API, unused by the driver
-                 "accessModes": ["ReadOnlyMany"], "storageClassName": "",
-                 "claimRef": {"name": claim, "namespace": "default"},
-                 "mountOptions": options,
-                 "csi": {"driver": "s3.csi.aws.com", "volumeHandle": claim,
-                         "volumeAttributes": {"bucketName": bucket}}}}
-    pvc = {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
-        "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "",
-                 "resources": {"requests": {"storage": "1Gi"}}, "volumeName": claim}}
-    return {"persistentVolumeClaim": {"claimName": claim, "readOnly": True}}, [volume, pvc]
-
-
 def server_flags(base_path: str) -> List[str]:
     """Every flag some served model under ``base_path`` needs (from the models' states)."""
     flags = set()
@@ -207,10 +174,11 @@ def write_configs(base_path: str, target: str, batching_overrides: Optional[dict
     needs (from the models' states; each flag in SERVER_FLAGS is safe for models that
     do not need it), so a later push or a rollback never drops one.
 
-    Every file is computed from the models' states at the time it is written: on
-    disk under the base path's lock, on an object store by a conditional write
-    recomputed when another push wrote first. Either way a push of another model
-    running at the same time cannot leave its version out of models.config.
+    Every file is computed from the models' states at the time it is written (by
+    the base path's publisher): on disk under the base path's lock, on an object
+    store by a conditional write recomputed when another push wrote first. Either
+    way a push of another model running at the same time cannot leave its version
+    out of models.config.
     """
     makers = {
         MODELS_CONFIG: lambda: models_config_text(base_path, server_base_path),
@@ -219,12 +187,4 @@ def write_configs(base_path: str, target: str, batching_overrides: Optional[dict
         K8S_MANIFEST: lambda: k8s_manifest(base_path, target, server_flags(base_path),
                                            server_base_path=server_base_path),
     }
-    paths = {name: fs.join(base_path, name) for name in makers}
-    if fs.is_remote(base_path):
-        for name, make in makers.items():
-            conditional_update(paths[name], lambda _old, make=make: make().encode())
-    else:
-        with push_lock(base_path):
-            for name, make in makers.items():
-                fs.write_text(paths[name], make(), sync=True)
-    return paths
+    return publisher_for(base_path).write_files(base_path, makers)

@@ -18,50 +18,37 @@ then renames it to the next integer version under the lock: a push killed at
 any moment leaves no incomplete integer-named version and earlier versions
 untouched; versions are monotonic and unique across concurrent pushers and
 clock changes (a counter, never the time). An ``s3://`` base path has no lock
-and no rename: :mod:`object_store` gives the same guarantees with conditional
-writes (numbers taken by a create-if-absent marker, saved_model.pb copied
-last, state and configs rewritten only if unchanged since read). ``gs://``
-base paths are refused.
+and no rename: :mod:`object_store_publisher` gives the same guarantees with
+conditional writes (numbers taken by a create-if-absent marker, saved_model.pb
+copied last, state and configs rewritten only if unchanged since read); the
+base path's publisher (:mod:`publisher`) is chosen once from its scheme.
+``gs://`` base paths are refused.
 
-The pieces: ``base_layout`` (names and defaults), ``checks`` (fresh-process
-load, contract, TFLite, target), ``warmup``, ``publish`` (versions, state,
-lock, retention, labels; ``state`` and ``object_store`` under it),
+The pieces: ``base_layout`` (names and defaults), ``gates`` (blessings and the
+model's identity), ``checks`` (fresh-process load, contract, TFLite, target),
+``warmup``, ``publisher`` (one per storage kind: ``publish`` on local disk,
+``object_store_publisher`` on s3), ``state`` (state, versions, labels),
 ``server_config`` (models.config, batching,
-monitoring, manifest); this module's ``push`` and ``rollback`` run them.
+monitoring, manifest); this module's ``push_model`` (what the executor and
+``tfx-bridge push`` call), ``push`` and ``rollback`` run them.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Dict, List, Optional, Sequence
 
-from tfx_bridge.artifacts.savedmodel import (  # noqa: F401  (TFLITE_*: re-exported)
-    SERVER_FLAGS,
-    TFLITE_FILE,
-    TFLITE_FLAG,
-)
-from tfx_bridge.components.serving_pusher.base_layout import (  # noqa: F401  (re-exported)
-    BATCHING_DEFAULTS,
-    BATCHING_FILE,
+from tfx_bridge.artifacts.model_facts import model_facts
+from tfx_bridge.artifacts.savedmodel import SERVER_FLAGS, resolve_saved_model
+from tfx_bridge.components.serving_pusher import gates
+from tfx_bridge.components.serving_pusher.base_layout import (
     DEFAULT_KEEP_VERSIONS,
-    DEFAULT_WARMUP_RECORDS,
-    K8S_MANIFEST,
-    LABELS,
-    LOCK_FILE,
-    MAX_WARMUP,
-    MODELS_CONFIG,
-    MONITORING_FILE,
-    PROMETHEUS_PATH,
+    PUSH_REPORT,
     SERVER_MOUNT,
-    SERVING_IMAGE,
-    STAGING_PREFIX,
-    STATE_FILE,
-    TARGETS,
-    WARMUP_DIR,
     WARMUP_FILE,
 )
-from tfx_bridge.components.serving_pusher.checks import (  # noqa: F401  (re-exported)
-    INSPECT_MODULE,
+from tfx_bridge.components.serving_pusher.checks import (
     check_runs_on,
     check_target,
     check_tflite,
@@ -69,7 +56,7 @@ from tfx_bridge.components.serving_pusher.checks import (  # noqa: F401  (re-exp
     inspect_model,
     serving_signature,
 )
-from tfx_bridge.components.serving_pusher.config import (  # noqa: F401  (re-exported)
+from tfx_bridge.components.serving_pusher.config import (
     PusherConfig,
     base_path_problem,
     check_model_name,
@@ -78,27 +65,18 @@ from tfx_bridge.components.serving_pusher.errors import (
     PusherConfigError,
     PushRefused,
 )
-from tfx_bridge.components.serving_pusher.publish import (
-    AlreadyPublished,
+from tfx_bridge.components.serving_pusher.publish import AlreadyPublished, model_digest
+from tfx_bridge.components.serving_pusher.publisher import publisher_for
+from tfx_bridge.components.serving_pusher.server_config import (
+    batching_text,
+    models_config_text,
+    write_configs,
+)
+from tfx_bridge.components.serving_pusher.state import (
     State,
-    apply_retention,
-    check_model_root,
-    clean_stale_staging,
-    model_digest,
-    publish,
-    push_lock,
     set_label,
     update_state,
     versions,
-)
-from tfx_bridge.components.serving_pusher.server_config import (  # noqa: F401  (re-exported)
-    batching_message,
-    batching_text,
-    k8s_manifest,
-    models_config_text,
-    monitoring_text,
-    server_flags,
-    write_configs,
 )
 from tfx_bridge.components.serving_pusher.warmup import (
     synthesize_feeds,
@@ -107,10 +85,6 @@ from tfx_bridge.components.serving_pusher.warmup import (
 from tfx_bridge.storage import fs
 from tfx_bridge.storage.folders import unsafe_links
 from tfx_bridge.storage.names import child
-
-# The gate the pushed Model folder's own report.json holds (optimizer drift check or
-# importer equivalence), named in push reasons on both routes.
-MODEL_GATE = "the model (optimizer drift / importer equivalence)"
 
 
 @dataclasses.dataclass
@@ -121,6 +95,11 @@ class PushResult:
     reason: str
     details: dict
 
+    def summary(self) -> dict:
+        """What push.json holds: the outcome, then the details."""
+        return {"pushed": self.pushed, "version": self.version,
+                "destination": self.destination, "reason": self.reason, **self.details}
+
 
 def check_base_path(base_path: str) -> None:
     """The base path's scheme (:func:`config.base_path_problem`) and, on an object
@@ -128,13 +107,50 @@ def check_base_path(base_path: str) -> None:
     why = base_path_problem(base_path)
     if why:
         raise PusherConfigError(why[0].upper() + why[1:] + ".")
-    if fs.is_remote(base_path):
-        fs.isdir(base_path)
+    publisher_for(base_path).check_base_path(base_path)
+
+
+def push_model(config: PusherConfig, model_dir: str, saved_model_dir: Optional[str] = None,
+               imported_model_dir: Optional[str] = None, mark: Optional[int] = None,
+               imported_mark: Optional[int] = None,
+               other_gates: Optional[Dict[str, Optional[int]]] = None,
+               examples_dir: Optional[str] = None,
+               lock_timeout_s: float = PusherConfig.LOCK_TIMEOUT_S,
+               report_dir: Optional[str] = None) -> PushResult:
+    """The push both routes take: gates, identity, push, and the result written.
+
+    ``model_dir`` is the Model folder (its report.json gives the verdict, the
+    serving needs; :mod:`tfx_bridge.artifacts.model_facts`), ``saved_model_dir``
+    the SavedModel in it (default: resolved from ``model_dir``).
+    ``imported_model_dir`` is the importer's Model folder when one gates the
+    push: its verdict gates (none fails closed) and its source digest with the
+    serving flags names the model for the "nothing new" check (:mod:`gates`).
+    ``mark`` and ``imported_mark`` are ``blessed`` properties set on those
+    artifacts by anything else; ``other_gates`` maps other components' gate names
+    to their ``blessed`` (None: not supplied). The result, with the blessings, is
+    written to ``report_dir``/push.json when given.
+    """
+    facts = model_facts(model_dir)
+    imported = model_facts(imported_model_dir) if imported_model_dir is not None else None
+    blessings = gates.blessings(facts, mark, imported, imported_mark, other_gates)
+    flags = list(facts.serving_flags)
+    if saved_model_dir is None:
+        # push() checks the folder's entries itself and records a refusal.
+        saved_model_dir = resolve_saved_model(model_dir, check_entries=False)
+    result = push(saved_model_dir, config, requires_gpu=facts.requires_gpu,
+                  serving_flags=flags, examples_dir=examples_dir, blessings=blessings,
+                  lock_timeout_s=lock_timeout_s, identity=gates.identity(imported, flags))
+    result.details = {"blessings": blessings, **result.details}
+    if report_dir is not None:
+        fs.write_text(fs.join(report_dir, PUSH_REPORT),
+                      json.dumps(result.summary(), indent=2, default=str))
+    return result
 
 
 def push(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = False,
          serving_flags: Sequence[str] = (), examples_dir: Optional[str] = None,
-         blessings: Optional[Dict[str, Optional[int]]] = None, lock_timeout_s: float = 600.0,
+         blessings: Optional[Dict[str, Optional[int]]] = None,
+         lock_timeout_s: float = PusherConfig.LOCK_TIMEOUT_S,
          identity: Optional[str] = None) -> PushResult:
     """:func:`push_local` for a model folder that may be a URI (an artifact under
     an ``s3://`` or ``gs://`` pipeline root): it is copied to a local folder
@@ -156,7 +172,8 @@ def push(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = False,
 def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = False,
                serving_flags: Sequence[str] = (), examples_dir: Optional[str] = None,
                blessings: Optional[Dict[str, Optional[int]]] = None,
-               lock_timeout_s: float = 600.0, identity: Optional[str] = None) -> PushResult:
+               lock_timeout_s: float = PusherConfig.LOCK_TIMEOUT_S,
+               identity: Optional[str] = None) -> PushResult:
     """Gate, check, warm up, publish atomically, then write configs and retain.
 
     ``config`` is the component's one :class:`PusherConfig` (where, which label,
@@ -175,8 +192,7 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
                                             config.target)
     batching_overrides, server_base_path = config.batching_parameters, config.server_base_path
     check_base_path(base_path)
-    if not fs.is_remote(base_path):
-        check_model_root(child(base_path, model_name))
+    publisher_for(base_path).check_model_root(child(base_path, model_name))
     if not fs.isfile(fs.join(saved_model_dir, "saved_model.pb")):
         raise PusherConfigError(f"{saved_model_dir} has no saved_model.pb.")
     # Every argument and the base path's state are checked before anything is published:
@@ -258,7 +274,7 @@ def _identical(base_path: str, model_name: str, version: int, label: str, target
     """A rerun with nothing new (e.g. a re-blessed, unchanged model) adds no version,
     but rewrites the configs, so an earlier interrupted push is repaired."""
     model_root = fs.join(base_path, model_name)
-    with push_lock(model_root, lock_timeout_s):
+    with publisher_for(base_path).lock(model_root, lock_timeout_s):
         write_configs(base_path, target, batching_overrides, server_base_path)
     return PushResult(True, version, fs.join(model_root, str(version)),
                       f"identical to version {version} already served as {label}; "
@@ -278,20 +294,23 @@ def publish_version(saved_model_dir: str, base_path: str, model_name: str,
                     digest: Optional[str] = None, keep_versions: int = DEFAULT_KEEP_VERSIONS,
                     target: str = "cpu", serving_flags: Sequence[str] = (),
                     batching_overrides: Optional[dict] = None,
-                    server_base_path: str = SERVER_MOUNT, lock_timeout_s: float = 600.0
-                    ) -> Published:
+                    server_base_path: str = SERVER_MOUNT,
+                    lock_timeout_s: float = PusherConfig.LOCK_TIMEOUT_S) -> Published:
     """The publishing half of a push, once every check passed: removes what dead
     pushes left, publishes the next version (atomic on disk, ordered and
     conditional on object stores), applies retention, records the deployment and
     rewrites the server configs. A kill at any point leaves no version a server
     would load half-written and no number reused."""
+    if keep_versions < 1:
+        raise PusherConfigError(f"keep_versions must be >= 1, got {keep_versions}.")
     model_root = fs.join(base_path, model_name)
-    with push_lock(model_root, lock_timeout_s):
-        clean_stale_staging(model_root)
-    version = publish(saved_model_dir, base_path, model_name, warmup_file, label, digest,
-                      lock_timeout_s)
-    with push_lock(model_root, lock_timeout_s):
-        removed = apply_retention(model_root, keep_versions)
+    publisher = publisher_for(base_path)
+    with publisher.lock(model_root, lock_timeout_s):
+        publisher.clean_staging(model_root)
+    version = publisher.publish(saved_model_dir, base_path, model_name, warmup_file, label,
+                                digest, lock_timeout_s)
+    with publisher.lock(model_root, lock_timeout_s):
+        removed = publisher.apply_retention(model_root, keep_versions)
 
         def deployment(state: State) -> None:
             # The flags stay recorded while any version may be served (a rollback to it).
@@ -306,9 +325,7 @@ def publish_version(saved_model_dir: str, base_path: str, model_name: str,
 
 def _served_signature(version_dir: str) -> dict:
     """serving_default of a pushed version (read from a local copy on object stores)."""
-    if not fs.is_remote(version_dir):
-        return serving_signature(version_dir)
-    with fs.staged_locally(version_dir, prefix="tfx-bridge-served-") as (local,):
+    with publisher_for(version_dir).local_folder(version_dir) as local:
         return serving_signature(local)
 
 
@@ -331,6 +348,6 @@ def rollback(base_path: str, model_name: str, to_version: int,
     target = target or state.target or "cpu"
     check_target(target)
     set_label(base_path, model_name, "stable", to_version)
-    with push_lock(model_root):
+    with publisher_for(base_path).lock(model_root):
         write_configs(base_path, target, state.batching, server_base_path)
     return State.load(model_root).labels

@@ -21,7 +21,6 @@ PUSHED_DESTINATION_PROPERTY = "pushed_destination"
 PUSHED_VERSION_PROPERTY = "pushed_version"
 REASON_PROPERTY = "push_reason"
 BLESSED_PROPERTY = properties.BLESSED
-REPORT_FILE = "push.json"
 
 
 class ServingPusherSpec(component_spec.ComponentSpec):

@@ -1,43 +1,33 @@
-"""A model's push state under the base path, and which of its versions exist.
+"""A model's push state under the base path, which of its versions exist, and labels.
 
-Shared by the local-disk publisher (which changes the state under its flock)
-and the object-store one (which changes it by conditional writes: an update is
-written only if nobody wrote since it was read, else re-read and re-applied).
-Goes through :mod:`tfx_bridge.storage.fs` only. No TFX imports.
+The state is read, changed and written through the base path's publisher
+(:mod:`publisher`): under a lock on disk, by conditional writes on an object
+store. Goes through :mod:`tfx_bridge.storage.fs` only. No TFX imports.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import random
-import time
 from typing import Callable, Dict, List, Optional
 
 from tfx_bridge import limits
 from tfx_bridge.components.serving_pusher.base_layout import LABELS, STATE_FILE, TARGETS
-from tfx_bridge.components.serving_pusher.errors import PusherConfigError, PushLocked
+from tfx_bridge.components.serving_pusher.errors import PusherConfigError, PushRefused
+from tfx_bridge.components.serving_pusher.publisher import publisher_for
 from tfx_bridge.storage import fs
-
-# Conditional writes retried this often before a push gives up as busy (exit 4):
-# each retry means another push wrote in between, so this is heavy contention.
-UPDATE_ATTEMPTS = 100
 
 
 def versions(model_root: str) -> List[int]:
-    """Integer-named version folders TF Serving may load, ascending.
+    """Integer-named version folders TF Serving may load, ascending (complete ones:
+    the publisher of the base path knows when a folder is)."""
+    return publisher_for(model_root).versions(model_root)
 
-    On object stores a folder is a key prefix that exists as soon as its first
-    file does, and the publisher copies ``saved_model.pb`` last: there a version
-    counts only once its ``saved_model.pb`` is there. On disk a version folder
-    appears by an atomic rename, complete.
-    """
+
+def integer_folders(model_root: str) -> List[str]:
+    """The integer names under a model's folder (TF Serving ignores the others)."""
     if not fs.isdir(model_root):
         return []
-    names = [d for d in fs.listdir(model_root) if d.isdigit()]
-    if fs.is_remote(model_root):
-        return sorted(int(d) for d in names
-                      if fs.isfile(fs.join(model_root, d, "saved_model.pb")))
-    return sorted(int(d) for d in names if fs.isdir(fs.join(model_root, d)))
+    return [d for d in fs.listdir(model_root) if d.isdigit()]
 
 
 @dataclasses.dataclass
@@ -102,40 +92,31 @@ class State:
                            "target": self.target, "batching": self.batching,
                            "retired": self.retired}, indent=2, sort_keys=True).encode()
 
-    def save(self, model_root: str) -> None:
-        """Local disk only, under the push lock (object stores: :func:`update_state`)."""
-        fs.write_bytes(fs.join(model_root, STATE_FILE), self.dumps(), sync=True)
-
-
-def conditional_update(path: str, make: Callable[[Optional[bytes]], bytes]) -> bytes:
-    """Writes ``make(current bytes or None)`` to an object-store ``path`` only if the
-    object is still what was read; on a lost race re-reads and calls ``make`` again,
-    so the last write of concurrent callers is computed after all earlier ones."""
-    for attempt in range(UPDATE_ATTEMPTS):
-        old, tag = fs.read_tagged(path)
-        new = make(old)
-        if new == old or fs.write_if(path, new, tag):
-            return new
-        # Jittered backoff: concurrent pushers retrying in lockstep would collide again.
-        time.sleep(random.uniform(0, min(1.0, 0.01 * 2 ** min(attempt, 7))))
-    raise PushLocked(f"{path} was changed by other pushes {UPDATE_ATTEMPTS} times while this "
-                     "push tried to update it (contention, not bad input): retry later.")
-
 
 def update_state(model_root: str, change: Callable[[State], None]) -> State:
     """Reads the model's state, applies ``change`` (which may raise to refuse) and
     writes it, as one step: on disk the caller holds the push lock; on an object
-    store the write is conditional and ``change`` is re-applied to a newer state
-    when another push wrote in between (so it must depend only on the state given)."""
-    if not fs.is_remote(model_root):
-        state = State.load(model_root)
-        change(state)
-        state.save(model_root)
-        return state
+    store ``change`` is re-applied to a newer state when another push wrote in
+    between (so it must depend only on the state given)."""
+    return publisher_for(model_root).update_state(model_root, change)
 
-    def make(old: Optional[bytes]) -> bytes:
-        state = State.parse(old, model_root)
-        change(state)
-        return state.dumps()
 
-    return State.parse(conditional_update(fs.join(model_root, STATE_FILE), make), model_root)
+def set_label(base_path: str, model_name: str, label: str, version: int) -> None:
+    """Moves ``label`` to a complete, not retired ``version``."""
+    model_root = fs.join(base_path, model_name)
+    if label not in LABELS:
+        raise PusherConfigError(f"label {label!r}: use one of {LABELS}.")
+
+    def move(state: State) -> None:
+        present = versions(model_root)
+        if version not in present or version in state.retired:
+            raise PusherConfigError(
+                f"{model_name} has no version {version} under {base_path}; versions: "
+                f"{[v for v in present if v not in state.retired]}.")
+        if not fs.isfile(fs.join(model_root, str(version), "saved_model.pb")):
+            raise PushRefused(f"{model_root}/{version} is incomplete (no saved_model.pb).")
+        state.labels[label] = version
+
+    publisher = publisher_for(model_root)
+    with publisher.lock(model_root):
+        publisher.update_state(model_root, move)

@@ -21,8 +21,17 @@ from google.protobuf import text_format
 from tensorflow_serving.apis import prediction_log_pb2
 from tensorflow_serving.config import model_server_config_pb2
 
-from tfx_bridge.components.serving_pusher import serving
+from tfx_bridge.components.serving_pusher import (
+    base_layout,
+    checks,
+    publish,
+    server_config,
+    serving,
+    state,
+)
+from tfx_bridge.components.serving_pusher.config import PusherConfig
 from tfx_bridge.components.serving_pusher.errors import PusherConfigError
+from tfx_bridge.components.serving_pusher.warmup import synthesize_feeds, write_warmup
 
 
 def _md5(path):
@@ -39,32 +48,33 @@ def _complete(version_dir: str, source: str) -> bool:
             if not os.path.exists(target) or os.path.getsize(target) != os.path.getsize(
                     os.path.join(source, rel)):
                 return False
-    return os.path.exists(os.path.join(version_dir, serving.WARMUP_DIR, serving.WARMUP_FILE))
+    return os.path.exists(
+        os.path.join(version_dir, base_layout.WARMUP_DIR, base_layout.WARMUP_FILE))
 
 
 
 def test_push_writes_version_warmup_and_configs(models, tmp_path):
     base = str(tmp_path / "serving")
-    result = serving.push(models["a"], serving.PusherConfig(base, "ctr", warmup_records=5))
+    result = serving.push(models["a"], PusherConfig(base, "ctr", warmup_records=5))
     assert result.pushed and result.version == 1
     version_dir = os.path.join(base, "ctr", "1")
     assert _complete(version_dir, models["a"])
-    warmup = os.path.join(version_dir, serving.WARMUP_DIR, serving.WARMUP_FILE)
+    warmup = os.path.join(version_dir, base_layout.WARMUP_DIR, base_layout.WARMUP_FILE)
     logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy())
             for r in tf.data.TFRecordDataset(warmup)]
     assert len(logs) == 5 and logs[0].predict_log.request.model_spec.name == "ctr"
     assert set(logs[0].predict_log.request.inputs) == {"x"}
     assert result.details["warmup"]["requests"] == 5  # replayed through the loaded model
-    config = text_format.Parse(open(os.path.join(base, serving.MODELS_CONFIG)).read(),
+    config = text_format.Parse(open(os.path.join(base, base_layout.MODELS_CONFIG)).read(),
                                model_server_config_pb2.ModelServerConfig())
     entry = config.model_config_list.config[0]
     assert entry.name == "ctr" and entry.model_platform == "tensorflow"
     assert dict(entry.version_labels) == {"stable": 1}
     assert list(entry.model_version_policy.specific.versions) == [1]
-    text_format.Parse(open(os.path.join(base, serving.BATCHING_FILE)).read(),
-                      serving.batching_message()())
-    assert "prometheus_config" in open(os.path.join(base, serving.MONITORING_FILE)).read()
-    manifest = open(os.path.join(base, serving.K8S_MANIFEST)).read()
+    text_format.Parse(open(os.path.join(base, base_layout.BATCHING_FILE)).read(),
+                      server_config.batching_message()())
+    assert "prometheus_config" in open(os.path.join(base, base_layout.MONITORING_FILE)).read()
+    manifest = open(os.path.join(base, base_layout.K8S_MANIFEST)).read()
     assert "tensorflow/serving:2.16.1" in manifest and "--enable_batching" in manifest
     loaded = tf.saved_model.load(version_dir)
     out = loaded.signatures["serving_default"](x=tf.ones([2, 4]))
@@ -83,14 +93,14 @@ def test_labels_canary_rollback_and_retention(models, warmup, tmp_path):
 
     assert publish("a") == 1
     assert publish("b", label="canary") == 2
-    assert serving.State.load(root).labels == {"stable": 1, "canary": 2}
+    assert state.State.load(root).labels == {"stable": 1, "canary": 2}
     assert publish("b", label="stable", keep_versions=2) == 3
     assert publish("a", label="canary", keep_versions=2) == 4
     # Newest two (3, 4) kept; 2 is gone unless labeled: canary moved to 4, stable is 3.
-    assert serving.versions(root) == [3, 4]
+    assert state.versions(root) == [3, 4]
     labels = serving.rollback(base, "ctr", 3)
     assert labels["stable"] == 3
-    config = text_format.Parse(open(os.path.join(base, serving.MODELS_CONFIG)).read(),
+    config = text_format.Parse(open(os.path.join(base, base_layout.MODELS_CONFIG)).read(),
                                model_server_config_pb2.ModelServerConfig())
     assert dict(config.model_config_list.config[0].version_labels) == {"stable": 3,
                                                                        "canary": 4}
@@ -105,19 +115,20 @@ def test_retention_never_removes_labeled(models, warmup, tmp_path):
     for name in ("b", "a"):                                            # 2, then 3 canary
         serving.publish_version(models[name], base, "ctr", warmup, label="canary",
                                 keep_versions=1)
-    assert serving.versions(root) == [1, 3]
+    assert state.versions(root) == [1, 3]
 
 
 _PUBLISH = ("import sys\n"
-            "from tfx_bridge.components.serving_pusher import serving\n"
-            "print(serving.publish(sys.argv[1], sys.argv[2], 'ctr', sys.argv[3], 'canary'))\n")
+            "from tfx_bridge.components.serving_pusher.publish import LocalDiskPublisher\n"
+            "print(LocalDiskPublisher().publish(sys.argv[1], sys.argv[2], 'ctr', sys.argv[3],"
+            " 'canary'))\n")
 
 
 @pytest.fixture(scope="module")
 def warmup(models, tmp_path_factory):
     path = str(tmp_path_factory.mktemp("warmup") / "tf_serving_warmup_requests")
-    sig = serving.inspect_model(models["a"])["signatures"]["serving_default"]
-    serving.write_warmup(path, "ctr", sig, serving.synthesize_feeds(sig, 3))
+    sig = checks.inspect_model(models["a"])["signatures"]["serving_default"]
+    write_warmup(path, "ctr", sig, synthesize_feeds(sig, 3))
     return path
 
 
@@ -140,7 +151,7 @@ def test_publish_sigkilled_at_random_moments_leaves_only_complete_versions(model
             proc.send_signal(signal.SIGKILL)
             kills += 1
         proc.wait()
-        for v in serving.versions(root):
+        for v in state.versions(root):
             version_dir = os.path.join(root, str(v))
             assert _complete(version_dir, models["big"]), f"version {v} incomplete"
             digest = _md5(os.path.join(version_dir, "saved_model.pb"))
@@ -150,12 +161,12 @@ def test_publish_sigkilled_at_random_moments_leaves_only_complete_versions(model
     assert kills >= 10, f"only {kills} pushes were killed mid-way"
     final = subprocess.run(cmd, capture_output=True, text=True, check=True)
     new = int(final.stdout.strip())
-    assert new > max(seen) and serving.versions(root)[-1] == new
+    assert new > max(seen) and state.versions(root)[-1] == new
     # Dead pushers leave only non-integer staging folders, which the next push cleans.
-    with serving.push_lock(root):
-        serving.clean_stale_staging(root)
-    assert not [d for d in os.listdir(root) if d.startswith(serving.STAGING_PREFIX)]
-    for v in serving.versions(root):
+    with publish.push_lock(root):
+        publish.clean_stale_staging(root)
+    assert not [d for d in os.listdir(root) if d.startswith(base_layout.STAGING_PREFIX)]
+    for v in state.versions(root):
         tf.saved_model.load(os.path.join(root, str(v)))
 
 
@@ -171,9 +182,10 @@ def test_concurrent_publishes_get_distinct_complete_versions(models, warmup, tmp
 
 _PUBLISH_SAME = (
     "import sys\n"
-    "from tfx_bridge.components.serving_pusher import publish, serving\n"
+    "from tfx_bridge.components.serving_pusher import publish\n"
     "try:\n"
-    "    print(serving.publish(sys.argv[1], sys.argv[2], 'ctr', sys.argv[3], digest='sha:x'))\n"
+    "    print(publish.LocalDiskPublisher().publish(sys.argv[1], sys.argv[2], 'ctr', sys.argv[3],"
+    " digest='sha:x'))\n"
     "except publish.AlreadyPublished as e:\n"
     "    print(f'same {e.version}')\n")
 
@@ -186,9 +198,9 @@ def test_concurrent_publishes_of_one_model_make_one_version(models, warmup, tmp_
                               stdout=subprocess.PIPE, text=True) for _ in range(3)]
     got = sorted(p.communicate(timeout=300)[0].strip() for p in procs)
     assert got == ["1", "same 1", "same 1"]
-    assert serving.versions(os.path.join(base, "ctr")) == [1]
+    assert state.versions(os.path.join(base, "ctr")) == [1]
     assert not [d for d in os.listdir(os.path.join(base, "ctr"))
-                if d.startswith(serving.STAGING_PREFIX)]
+                if d.startswith(base_layout.STAGING_PREFIX)]
 
 
 def test_clean_stale_staging_spares_live_pushes_and_removes_dead_ones(tmp_path):
@@ -202,30 +214,30 @@ def test_clean_stale_staging_spares_live_pushes_and_removes_dead_ones(tmp_path):
     host, hexid = socket.gethostname(), "0" * 32
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    names = {"live": f"{serving.STAGING_PREFIX}p{os.getpid()}@{host}-{hexid}",
-             "dead": f"{serving.STAGING_PREFIX}p{dead}@{host}-{hexid}",
-             "other_host": f"{serving.STAGING_PREFIX}p1@another-host.example-{hexid}",
-             "old_style": f"{serving.STAGING_PREFIX}{hexid}"}
+    names = {"live": f"{base_layout.STAGING_PREFIX}p{os.getpid()}@{host}-{hexid}",
+             "dead": f"{base_layout.STAGING_PREFIX}p{dead}@{host}-{hexid}",
+             "other_host": f"{base_layout.STAGING_PREFIX}p1@another-host.example-{hexid}",
+             "old_style": f"{base_layout.STAGING_PREFIX}{hexid}"}
     for name in names.values():
         (root / name).mkdir(parents=True)
-    with serving.push_lock(str(root)):
+    with publish.push_lock(str(root)):
         removed = publish.clean_stale_staging(str(root))
     assert sorted(removed) == sorted([names["dead"], names["old_style"]])
     assert sorted(os.listdir(root)) == sorted([names["live"], names["other_host"],
-                                               serving.LOCK_FILE])
+                                               base_layout.LOCK_FILE])
 
 
 def test_versions_monotonic_after_versions_removed(models, warmup, tmp_path):
     """A counter, not the clock or a folder listing: a removed top version is not reused."""
     base = str(tmp_path / "serving")
     root = os.path.join(base, "ctr")
-    assert serving.publish(models["a"], base, "ctr", warmup) == 1
+    assert publish.LocalDiskPublisher().publish(models["a"], base, "ctr", warmup) == 1
     # Unlabeled, so removing it leaves a consistent state (a labeled version's removal
     # is refused as inconsistent state).
-    assert serving.publish(models["a"], base, "ctr", warmup, label=None) == 2
+    assert publish.LocalDiskPublisher().publish(models["a"], base, "ctr", warmup, label=None) == 2
     import shutil
     shutil.rmtree(os.path.join(root, "2"))
-    assert serving.publish(models["a"], base, "ctr", warmup) == 3
+    assert publish.LocalDiskPublisher().publish(models["a"], base, "ctr", warmup) == 3
 
 
 def test_push_while_another_holds_the_lock_exit_4_busy(models, tmp_path):
@@ -233,7 +245,7 @@ def test_push_while_another_holds_the_lock_exit_4_busy(models, tmp_path):
     (base / "ctr").mkdir(parents=True)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, sys, time\n"
-         f"f = open({str(base / 'ctr' / serving.LOCK_FILE)!r}, 'a')\n"
+         f"f = open({str(base / 'ctr' / base_layout.LOCK_FILE)!r}, 'a')\n"
          "fcntl.flock(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(120)\n"],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -247,4 +259,4 @@ def test_push_while_another_holds_the_lock_exit_4_busy(models, tmp_path):
     assert proc.returncode == 4, proc.stderr
     assert "busy, retry later" in proc.stderr and "Traceback" not in proc.stderr
     assert '"error_type": "PushLocked"' in proc.stdout.strip().splitlines()[-1]
-    assert serving.versions(str(base / "ctr")) == []
+    assert state.versions(str(base / "ctr")) == []

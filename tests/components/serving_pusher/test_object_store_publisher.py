@@ -12,7 +12,15 @@ import yaml
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
-from tfx_bridge.components.serving_pusher import object_store, serving
+from tfx_bridge.components.serving_pusher import (
+    base_layout,
+    checks,
+    object_store_publisher,
+    serving,
+    state,
+)
+from tfx_bridge.components.serving_pusher.config import PusherConfig
+from tfx_bridge.components.serving_pusher.warmup import synthesize_feeds, write_warmup
 from tfx_bridge.storage import fs, s3
 
 pytestmark = pytest.mark.s3
@@ -27,14 +35,14 @@ def models(tmp_path_factory, scaled_saved_model):
 
 @pytest.fixture(scope="module")
 def warmup(models, tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("warmup") / serving.WARMUP_FILE)
-    sig = serving.serving_signature(models["a"])
-    serving.write_warmup(path, "ctr", sig, serving.synthesize_feeds(sig, 2))
+    path = str(tmp_path_factory.mktemp("warmup") / base_layout.WARMUP_FILE)
+    sig = checks.serving_signature(models["a"])
+    write_warmup(path, "ctr", sig, synthesize_feeds(sig, 2))
     return path
 
 
 def _config(base: str) -> model_server_config_pb2.ModelServerConfig:
-    return text_format.Parse(fs.read_text(fs.join(base, serving.MODELS_CONFIG)),
+    return text_format.Parse(fs.read_text(fs.join(base, base_layout.MODELS_CONFIG)),
                              model_server_config_pb2.ModelServerConfig())
 
 
@@ -45,7 +53,7 @@ def _complete(version_dir: str, source: str) -> bool:
         if rel not in files or fs.read_bytes(fs.join(version_dir, rel)) != fs.read_bytes(
                 os.path.join(source, rel)):
             return False
-    return f"{serving.WARMUP_DIR}/{serving.WARMUP_FILE}" in files
+    return f"{base_layout.WARMUP_DIR}/{base_layout.WARMUP_FILE}" in files
 
 
 def _score(version_dir: str) -> float:
@@ -56,10 +64,10 @@ def _score(version_dir: str) -> float:
 
 def test_push_and_rollback_on_s3_base_path_keep_labels_configs_and_versions(models, s3_bucket):
     base = fs.join(s3_bucket, "serving")
-    first = serving.push(models["a"], serving.PusherConfig(base, "ctr"))
+    first = serving.push(models["a"], PusherConfig(base, "ctr"))
     assert first.version == 1 and first.destination == fs.join(base, "ctr", "1"), first.reason
     # The second only publishes (its checks are the first's; they are not what is tested).
-    warmup = fs.join(base, "ctr", "1", serving.WARMUP_DIR, serving.WARMUP_FILE)
+    warmup = fs.join(base, "ctr", "1", base_layout.WARMUP_DIR, base_layout.WARMUP_FILE)
     with fs.local_copy(warmup) as local_warmup:
         assert serving.publish_version(models["b"], base, "ctr", local_warmup).version == 2
     entry = _config(base).model_config_list.config[0]
@@ -71,15 +79,15 @@ def test_push_and_rollback_on_s3_base_path_keep_labels_configs_and_versions(mode
     entry = _config(base).model_config_list.config[0]
     assert dict(entry.version_labels) == {"stable": 1}
     assert list(entry.model_version_policy.specific.versions) == [1, 2]
-    assert serving.State.load(fs.join(base, "ctr")).labels == {"stable": 1}
+    assert state.State.load(fs.join(base, "ctr")).labels == {"stable": 1}
     assert _complete(fs.join(base, "ctr", "1"), models["a"])
     assert (_score(fs.join(base, "ctr", "1")), _score(fs.join(base, "ctr", "2"))) == (8.0, 12.0)
     # Staging lives outside the model folder and is gone once the push is done.
     assert sorted(fs.listdir(base)) == sorted(
-        ["ctr", serving.MODELS_CONFIG, serving.BATCHING_FILE, serving.MONITORING_FILE,
-         serving.K8S_MANIFEST])
+        ["ctr", base_layout.MODELS_CONFIG, base_layout.BATCHING_FILE, base_layout.MONITORING_FILE,
+         base_layout.K8S_MANIFEST])
     # The manifest mounts the bucket prefix (stock TF Serving cannot read s3:// itself).
-    docs = list(yaml.safe_load_all(fs.read_text(fs.join(base, serving.K8S_MANIFEST))))
+    docs = list(yaml.safe_load_all(fs.read_text(fs.join(base, base_layout.K8S_MANIFEST))))
     volume = next(d for d in docs if d["kind"] == "PersistentVolume")
     assert volume["spec"]["csi"]["volumeAttributes"]["bucketName"] == s3_bucket[len("s3://"):]
     assert "prefix serving/" in volume["spec"]["mountOptions"]
@@ -101,7 +109,7 @@ def test_cli_push_then_rollback_on_s3_from_aws_variables(models, s3_bucket, s3_s
     assert cli.main(["rollback", "--base-path", base, "--model-name", "ctr", "--to", "3"]) == 2
     assert "has no version 3" in capsys.readouterr().err
     assert cli.main(["rollback", "--base-path", base, "--model-name", "ctr", "--to", "1"]) == 0
-    assert serving.State.load(fs.join(base, "ctr")).labels == {"stable": 1}
+    assert state.State.load(fs.join(base, "ctr")).labels == {"stable": 1}
 
 
 class _Killed(Exception):
@@ -131,13 +139,13 @@ def _publish(models, base, warmup, name="ctr", model="a"):
 
 def _check_served_versions_complete(base, models, model="a"):
     root = fs.join(base, "ctr")
-    for v in serving.versions(root):
+    for v in state.versions(root):
         assert _complete(fs.join(root, str(v)), models[model]), f"version {v} incomplete"
-    serving.State.load(root)  # consistent: labels name existing versions
-    if fs.exists(fs.join(base, serving.MODELS_CONFIG)):
+    state.State.load(root)  # consistent: labels name existing versions
+    if fs.exists(fs.join(base, base_layout.MODELS_CONFIG)):
         for entry in _config(base).model_config_list.config:
             named = set(entry.model_version_policy.specific.versions)
-            assert named <= set(serving.versions(root)), (named, serving.versions(root))
+            assert named <= set(state.versions(root)), (named, state.versions(root))
 
 
 @pytest.mark.slow
@@ -162,18 +170,18 @@ def test_publish_killed_at_random_requests_on_s3_leaves_only_complete_versions(
             disarm()
         _check_served_versions_complete(base, models)
     assert kills >= 10, f"only {kills} of 12 pushes were killed part-way"
-    taken = fs.listdir(fs.join(base, "ctr", object_store.MARKERS))
+    taken = fs.listdir(fs.join(base, "ctr", object_store_publisher.MARKERS))
     new = _publish(models, base, warmup)
     assert new > max(int(n) for n in taken), "a version number was reused"
-    assert serving.versions(fs.join(base, "ctr"))[-1] == new
+    assert state.versions(fs.join(base, "ctr"))[-1] == new
     assert new in _config(base).model_config_list.config[0].model_version_policy.specific.versions
     _check_served_versions_complete(base, models)
     # What dead pushes left (staging uploads, unfinished version folders) goes once stale.
-    later = object_store.time.time() + object_store.STALE_AFTER_S + 1
-    object_store.clean_stale(base, "ctr", now=later)
-    assert object_store.STAGING_ROOT not in fs.listdir(base)
+    later = object_store_publisher.time.time() + object_store_publisher.STALE_AFTER_S + 1
+    object_store_publisher.clean_stale(base, "ctr", now=later)
+    assert object_store_publisher.STAGING_ROOT not in fs.listdir(base)
     root = fs.join(base, "ctr")
-    assert sorted(int(n) for n in fs.listdir(root) if n.isdigit()) == serving.versions(root)
+    assert sorted(int(n) for n in fs.listdir(root) if n.isdigit()) == state.versions(root)
 
 
 def test_concurrent_pushes_on_s3_take_distinct_versions_and_one_config(
