@@ -43,7 +43,9 @@ def compare(reference, got, atol: float, rtol: float = 0.0,
         return Comparison(float(diff.max(initial=0)), 0.0, bad, bad == 0)
     rf, gf = r.astype(np.float64), g.astype(np.float64)
     diff = np.abs(rf - gf)
-    diff[np.isnan(rf) & np.isnan(gf)] = 0.0
+    both_nan = np.isnan(rf) & np.isnan(gf)
+    diff[both_nan] = 0.0
     rel = diff / np.maximum(np.abs(rf), 1e-12)
-    bad = int(np.count_nonzero(~(diff <= atol + rtol * np.abs(rf))))
+    rel[both_nan] = 0.0  # |NaN| would make the bound and the ratio NaN too
+    bad = int(np.count_nonzero(~((diff <= atol + rtol * np.abs(rf)) | both_nan)))
     return Comparison(float(diff.max(initial=0)), float(rel.max(initial=0)), bad, bad == 0)

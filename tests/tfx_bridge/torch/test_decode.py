@@ -1,0 +1,107 @@
+"""tfx_bridge.torch.decode: both framings give the same checked columns, and every
+refusal names the file, record, feature and value."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tfx_bridge.torch.decode import (
+    ExamplesReadError,
+    cast,
+    defensive_chunks,
+    inexact_ints,
+    tf_chunks,
+)
+from tfx_bridge.torch.examples import Feature
+
+
+def _write(path, records, gzip=True):
+    import tensorflow as tf
+
+    opts = tf.io.TFRecordOptions(compression_type="GZIP" if gzip else "")
+    with tf.io.TFRecordWriter(path, opts) as w:
+        for rec in records:
+            feature = {}
+            for name, values in rec.items():
+                if isinstance(values[0], float):
+                    feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=values))
+                else:
+                    feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+            w.write(tf.train.Example(features=tf.train.Features(feature=feature))
+                    .SerializeToString())
+    return path
+
+
+def _read_all(chunks):
+    out = [decode() for _, _, decode in chunks]
+    return {k: np.concatenate([c[k] for c in out]) for k in out[0]}
+
+
+FEATURES = {"id": Feature("int32"), "x": Feature("float32", length=2)}
+RECORDS = [{"id": [i], "x": [i * 0.5, -1.0]} for i in range(5)]
+
+
+@pytest.mark.parametrize("gzip", [True, False])
+def test_chunks_defensive_and_tf_framing_give_the_same_columns(tmp_path, gzip):
+    path = _write(str(tmp_path / "d.tfrecord"), RECORDS, gzip)
+    defensive = _read_all(defensive_chunks(path, FEATURES, 2, 1 << 20))
+    by_tf = _read_all(tf_chunks(path, FEATURES, 2))
+    assert defensive["id"].dtype == np.int32 and defensive["id"].tolist() == [0, 1, 2, 3, 4]
+    assert defensive["x"].shape == (5, 2) and defensive["x"][:, 0].tolist() == [
+        0.0, 0.5, 1.0, 1.5, 2.0]
+    for name in FEATURES:
+        np.testing.assert_array_equal(defensive[name], by_tf[name])
+
+
+def test_chunks_share_splits_chunks_between_readers(tmp_path):
+    path = _write(str(tmp_path / "d.gz"), RECORDS)
+    for chunks in (lambda s: defensive_chunks(path, FEATURES, 2, 1 << 20, s),
+                   lambda s: tf_chunks(path, FEATURES, 2, s)):
+        firsts = [[first for first, _, _ in chunks((i, 2))] for i in range(2)]
+        assert firsts == [[0, 4], [2]]
+
+
+@pytest.mark.parametrize("reader", ["defensive", "tf"])
+def test_chunks_wrong_value_count_names_record_and_feature(tmp_path, reader):
+    records = RECORDS[:3] + [{"id": [3], "x": [1.0]}]
+    path = _write(str(tmp_path / "d.gz"), records)
+    chunks = (defensive_chunks(path, FEATURES, 10, 1 << 20) if reader == "defensive"
+              else tf_chunks(path, FEATURES, 10))
+    with pytest.raises(ExamplesReadError, match=r"record 3: feature 'x' has 1 values, expected 2"):
+        _read_all(chunks)
+
+
+def test_tf_chunks_truncated_file_is_refused_naming_the_file(tmp_path):
+    path = _write(str(tmp_path / "d.tfrecord"), RECORDS, gzip=False)
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[:-7])
+    with pytest.raises(ExamplesReadError, match=r"d\.tfrecord: a corrupt record"):
+        _read_all(tf_chunks(path, FEATURES, 10))
+
+
+def test_cast_narrower_int_in_range_gives_a_copy():
+    values = np.array([1, -2], np.int64)
+    out = cast("id", "int16", values, "f.gz", 0)
+    assert out.dtype == np.int16 and out.tolist() == [1, -2]
+    out[0] = 9
+    assert values[0] == 1
+
+
+@pytest.mark.parametrize("dtype,values,match", [
+    ("int64", np.array([1.5], np.float32), r"'v' holds floats; declared int64"),
+    ("int32", np.array([0, 2**31], np.int64),
+     r"record 11: feature 'v' = 2147483648 does not fit int32"),
+    ("bool", np.array([0, 1, 2], np.int64),
+     r"record 12: feature 'v' = 2 does not fit bool \[0, 1\]"),
+    ("float32", np.array([2**24 + 1], np.int64),
+     r"record 10: feature 'v' = 16777217 is not exactly a float32"),
+])
+def test_cast_value_that_would_change_is_refused(dtype, values, match):
+    with pytest.raises(ExamplesReadError, match=match):
+        cast("v", dtype, values, "f.gz", 10)
+
+
+def test_inexact_ints_finds_only_changed_values():
+    values = np.array([2**24, 2**24 + 1, -(2**24 + 3), 2**60 + 1, 2**60], np.int64)
+    assert inexact_ints(values, values.astype(np.float32)).tolist() == [1, 2, 3]
+    assert inexact_ints(values[:1], values[:1].astype(np.float64)).tolist() == []
