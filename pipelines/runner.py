@@ -172,12 +172,12 @@ def run_full(workdir: str, data_root: str, model_source: Optional[str],
     pushed), SchemaGuard's result, the conversion error, the optimizer's
     backend and latency, and one prediction made by the pushed SavedModel.
     """
-    from tfx_bridge.components.serving_pusher import serving
+    from tfx_bridge.components.serving_pusher import state
 
     metadata_path = os.path.join(workdir, METADATA_FILE)
     config = pipelines.with_demo_modules(config or PipelineConfig(), model_source)
     model_name = config.model_name
-    before = set(serving.versions(fs.join(serving_base_path, model_name)))
+    before = set(state.versions(fs.join(serving_base_path, model_name)))
     since = run_state.latest_execution_id(metadata_path)
     pipeline = pipelines.create_pipeline(
         FULL_PIPELINE_NAME, pipeline_root or os.path.join(workdir, PIPELINE_ROOT_DIR),
@@ -245,8 +245,8 @@ def summarize(metadata_path: str, serving_base_path: str, model_name: str,
             os.path.abspath(destination)
         out["prediction_input"], out["prediction"] = predict_one(out["pushed_path"],
                                                                  examples.uri)
-    from tfx_bridge.components.serving_pusher import serving
-    out["served_versions"] = serving.versions(fs.join(serving_base_path, model_name))
+    from tfx_bridge.components.serving_pusher import state
+    out["served_versions"] = state.versions(fs.join(serving_base_path, model_name))
     out["new_push"] = bool(set(out["served_versions"]) - versions_before)
     return out
 

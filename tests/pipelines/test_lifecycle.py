@@ -47,7 +47,7 @@ from tfx.orchestration import metadata as tfx_metadata  # noqa: E402
 
 from tfx_bridge import cli, portable  # noqa: E402
 from tfx_bridge.artifacts.examples import read_records  # noqa: E402
-from tfx_bridge.components.serving_pusher import serving  # noqa: E402
+from tfx_bridge.components.serving_pusher import state  # noqa: E402
 from tfx_bridge.components.trt_optimizer import candidates  # noqa: E402
 from tfx_bridge.pipelines import (  # noqa: E402
     demo_data,
@@ -356,7 +356,7 @@ def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(
     first = _check_first_span(first_span, raw_feeds)  # span 1, the demo's settings
     assert first["span"] == 1 and first["pushed_version"] == 1 and first["new_push"]
     assert first["training"]["retrained"] == 1 and first["training"]["warm_started_from"] is None
-    assert serving.versions(root) == [1]  # the run refused meanwhile pushed nothing
+    assert state.versions(root) == [1]  # the run refused meanwhile pushed nothing
     first_weights = torch_model.load_state_dict(
         torch_model.folder_of(_latest_model(work, "PyTorchTrainer").uri))
 
@@ -386,7 +386,7 @@ def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(
     code, _, err = _cli(capfd, *run)
     assert code == cli.EXIT_BAD_INPUT and "The newest span folder " \
         f"{os.path.join(data, 'span-2')} holds no file matching '*.parquet'" in err, err
-    assert serving.versions(root) == [1] and serving.State.load(root).labels == {"stable": 1}
+    assert state.versions(root) == [1] and state.State.load(root).labels == {"stable": 1}
     os.rmdir(os.path.join(data, "span-2"))
 
     # Span 2: a run killed while it trains (the cron host rebooted) ...
@@ -433,7 +433,7 @@ def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(
     assert "(Evaluator: AUC undefined: every eval label is 0)" in third["push_reason"], \
         third["push_reason"]
     assert "AUC undefined: every eval label is 0" in out
-    assert serving.State.load(root).labels["stable"] == 2
+    assert state.State.load(root).labels["stable"] == 2
 
     trainer_runs = sum(1 for name, _ in _executions(work) if name == "PyTorchTrainer")
     _planted_overflow(data, 4)
@@ -447,4 +447,4 @@ def test_lifecycle_trains_warm_starts_gates_and_stops_bad_data_in_pipeline(
     code, out, err = _cli(capfd, *run, "--json", "--quiet")
     assert code == cli.EXIT_CHECK_FAILED and _summary(out)["span"] == 3
     assert "started" not in err and "done in" not in err and "Loading" not in err, err
-    assert serving.versions(root) == [1, 2]
+    assert state.versions(root) == [1, 2]

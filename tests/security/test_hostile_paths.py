@@ -45,6 +45,7 @@ def test_copy_down_of_s3_folder_with_dot_dot_key_refused_nothing_outside(tmp_pat
 def test_push_of_s3_model_with_dot_dot_key_refused_before_copying(tmp_path, s3_bucket,
                                                                   monkeypatch):
     from tfx_bridge.components.serving_pusher import serving
+    from tfx_bridge.components.serving_pusher.config import PusherConfig
 
     _put(s3_bucket, "src/m/saved_model.pb")
     _put(s3_bucket, "src/m/variables/../../../../escaped")
@@ -53,7 +54,7 @@ def test_push_of_s3_model_with_dot_dot_key_refused_before_copying(tmp_path, s3_b
     before = _listing(tmp_path)
     with pytest.raises(UnsafeNameError, match="is not a path inside it"):
         serving.push(f"{s3_bucket}/src/m",
-                     serving.PusherConfig(str(tmp_path / "serving"), "ctr"))
+                     PusherConfig(str(tmp_path / "serving"), "ctr"))
     assert _listing(tmp_path) == before
 
 
@@ -127,6 +128,7 @@ def test_files_under_fifo_refused_before_any_copy(tmp_path):
 
 def test_push_model_folder_that_is_a_symlink_refused_nothing_written_there(tmp_path):
     from tfx_bridge.components.serving_pusher import serving
+    from tfx_bridge.components.serving_pusher.config import PusherConfig
     from tfx_bridge.components.serving_pusher.errors import PusherConfigError
 
     (tmp_path / "m").mkdir()
@@ -137,7 +139,7 @@ def test_push_model_folder_that_is_a_symlink_refused_nothing_written_there(tmp_p
     before = _listing(tmp_path)
     with pytest.raises(PusherConfigError, match=r"serving/ctr is a symlink .* must be a real "
                        "folder"):
-        serving.push(str(tmp_path / "m"), serving.PusherConfig(str(base), "ctr"))
+        serving.push(str(tmp_path / "m"), PusherConfig(str(base), "ctr"))
     assert _listing(tmp_path) == before
 
 
