@@ -11,11 +11,10 @@ from tfx.proto import example_gen_pb2, range_config_pb2
 from tfx.types import channel, standard_artifacts
 
 from tfx_bridge.components.parquet_example_gen import executor
-from tfx_bridge.components.parquet_example_gen.config import ParquetConfig
+from tfx_bridge.components.parquet_example_gen.config import DEFAULT_PATTERN, ParquetConfig
 from tfx_bridge.components.parquet_example_gen.errors import ParquetConfigError
 from tfx_bridge.components.parquet_example_gen.spec import (  # noqa: F401  (the keys: public)
     CONFIG_KEY,
-    DEFAULT_PATTERN,
     EXAMPLES_KEY,
     INPUT_BASE_KEY,
     INPUT_CONFIG_KEY,

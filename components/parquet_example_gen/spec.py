@@ -6,8 +6,6 @@ from __future__ import annotations
 from tfx.types import standard_component_specs
 from tfx.types.component_spec import ExecutionParameter
 
-from tfx_bridge.components.parquet_example_gen.config import DEFAULT_PATTERN  # noqa: F401
-
 INPUT_BASE_KEY = standard_component_specs.INPUT_BASE_KEY
 INPUT_CONFIG_KEY = standard_component_specs.INPUT_CONFIG_KEY
 OUTPUT_CONFIG_KEY = standard_component_specs.OUTPUT_CONFIG_KEY

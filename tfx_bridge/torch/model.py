@@ -162,8 +162,8 @@ def _trained_field(folder: str, key: str) -> Optional[str]:
     if not fs.isfile(path):
         return None
     try:
-        value = limits.loads_json(fs.read_bytes(path), str(path)).get(key)
-    except (UnicodeDecodeError, ValueError, AttributeError):
+        value = limits.read_json(path, TorchModelError, "").get(key)
+    except (ValueError, AttributeError):  # unreadable: the trained-on record is unknown
         return None
     return value if isinstance(value, str) else None
 

@@ -28,6 +28,15 @@ def _planted_span(root: str, span: int = 3) -> None:
     pq.write_table(table, os.path.join(folder, "part-0.parquet"))
 
 
+def _planted_pipeline(tmp_path, name: str, **options):
+    """The data pipeline over one planted span, checked against the demo contract."""
+    data = str(tmp_path / "data")
+    _planted_span(data)
+    return pipelines.create_data_pipeline(
+        name, str(tmp_path / "root"), data, metadata_path=str(tmp_path / "m.sqlite"),
+        contract_path=schemas.path(schemas.DEMO_CONTRACT), **options)
+
+
 @pytest.mark.slow
 def test_pipeline_schema_guard_clean_on_demo_data(demo_run):
     assert demo_run["schema_guard_blessed"] == 1
@@ -42,11 +51,7 @@ def test_pipeline_schema_guard_clean_on_demo_data(demo_run):
 
 @pytest.mark.slow
 def test_pipeline_planted_mismatch_stops_at_schema_guard(tmp_path):
-    data = str(tmp_path / "data")
-    _planted_span(data)
-    p = pipelines.create_data_pipeline(
-        "planted", str(tmp_path / "root"), data, metadata_path=str(tmp_path / "m.sqlite"),
-        contract_path=schemas.path(schemas.DEMO_CONTRACT))
+    p = _planted_pipeline(tmp_path, "planted")
     with pytest.raises(AnomaliesFound) as info:
         runner.run_local(p)
     msg = str(info.value)
@@ -59,13 +64,8 @@ def test_pipeline_planted_mismatch_stops_at_schema_guard(tmp_path):
 
 @pytest.mark.slow
 def test_pipeline_fail_on_anomalies_off_records_not_blessed(tmp_path):
-    data = str(tmp_path / "data")
-    _planted_span(data)
-    p = pipelines.create_data_pipeline(
-        "recorded", str(tmp_path / "root"), data, metadata_path=str(tmp_path / "m.sqlite"),
-        schema_path=schemas.path(schemas.DEMO_SCHEMA),
-        contract_path=schemas.path(schemas.DEMO_CONTRACT), fail_on_anomalies=False)
-    runner.run_local(p)
+    runner.run_local(_planted_pipeline(tmp_path, "recorded", fail_on_anomalies=False,
+                                       schema_path=schemas.path(schemas.DEMO_SCHEMA)))
     artifact = runner.latest_artifacts(str(tmp_path / "m.sqlite"), "ExampleAnomalies")[0]
     assert artifact.custom_properties["blessed"].int_value == 0
     with open(os.path.join(artifact.uri, report.FINDINGS_FILE)) as f:
