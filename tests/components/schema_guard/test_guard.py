@@ -18,31 +18,13 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2
 
 from tfx_bridge.artifacts.tfrecord import RecordFileError
 from tfx_bridge.components.schema_guard import contract as contracts
+from tfx_bridge.components.schema_guard import findings as ids  # check ids, file names
 from tfx_bridge.components.schema_guard import guard, report
 from tfx_bridge.components.schema_guard.checks import scan_file
 from tfx_bridge.components.schema_guard.decode import list_splits, split_files
-from tfx_bridge.components.schema_guard.errors import (
-    SchemaGuardConfigError,
-    SchemaGuardInputError,
-)
+from tfx_bridge.components.schema_guard.errors import SchemaGuardConfigError, SchemaGuardInputError
 from tfx_bridge.components.schema_guard.expectations import GuardConfig, expectations_from_schema
-from tfx_bridge.components.schema_guard.findings import (
-    CONSUMER_KIND,
-    CONSUMER_MISSING,
-    CONSUMER_RANGE,
-    CONSUMER_SHAPE,
-    DOMAIN,
-    PARSE_DTYPE,
-    PRESENCE,
-    SCHEMA_VS_CONSUMER,
-    SOURCE_NARROWING,
-    SOURCE_SCHEMA_FILE,
-    UNKNOWN_FEATURE,
-    VALUE_COUNT,
-    WIRE_KIND,
-    Finding,
-    Findings,
-)
+from tfx_bridge.components.schema_guard.findings import Finding, Findings
 
 N = 300
 PLANTED = [17, 123, 250]
@@ -133,7 +115,7 @@ def run(tmp_path, mutate_row: Callable = None, contract: Dict = CONTRACT, source
     examples = str(tmp_path / "examples")
     write_split(examples, rows)
     if source is not None:
-        with open(os.path.join(examples, SOURCE_SCHEMA_FILE), "w") as f:
+        with open(os.path.join(examples, ids.SOURCE_SCHEMA_FILE), "w") as f:
             json.dump(source, f)
     return guard.scan_examples(examples, config(contract, batch_size=batch_size))
 
@@ -156,26 +138,26 @@ def test_guard_clean_data_zero_findings(tmp_path):
 
 
 @pytest.mark.parametrize("name,mutate,check,feature,count", [
-    ("float_in_int", lambda r: r.update(item_id=("float_list", [2.5])), WIRE_KIND,
+    ("float_in_int", lambda r: r.update(item_id=("float_list", [2.5])), ids.WIRE_KIND,
      "item_id", 3),
-    ("int_in_float", lambda r: r.update(price=("int64_list", [3])), WIRE_KIND,
+    ("int_in_float", lambda r: r.update(price=("int64_list", [3])), ids.WIRE_KIND,
      "price", 3),
-    ("bytes_in_int", lambda r: r.update(hour=("bytes_list", [b"7"])), WIRE_KIND,
+    ("bytes_in_int", lambda r: r.update(hour=("bytes_list", [b"7"])), ids.WIRE_KIND,
      "hour", 3),
-    ("two_values_in_scalar", lambda r: r.update(item_id=[1, 2]), VALUE_COUNT,
+    ("two_values_in_scalar", lambda r: r.update(item_id=[1, 2]), ids.VALUE_COUNT,
      "item_id", 3),
-    ("shape_broken", lambda r: r.update(hour=[]), VALUE_COUNT, "hour", 3),
-    ("required_missing", lambda r: r.pop("country"), PRESENCE, "country", 3),
-    ("int_domain", lambda r: r.update(hour=[30]), DOMAIN, "hour", 3),
-    ("float_domain", lambda r: r.update(price=[-5.0]), DOMAIN, "price", 3),
-    ("nan_disallowed", lambda r: r.update(price=[float("nan")]), DOMAIN, "price", 3),
-    ("string_domain", lambda r: r.update(country=[b"xx"]), DOMAIN, "country", 3),
-    ("bool_domain", lambda r: r.update(clicked=[2]), DOMAIN, "clicked", 3),
-    ("unknown_feature", lambda r: r.update(debug=[1]), UNKNOWN_FEATURE, "debug", 3),
-    ("int32_overflow", lambda r: r.update(user_id=[2**31]), CONSUMER_RANGE,
+    ("shape_broken", lambda r: r.update(hour=[]), ids.VALUE_COUNT, "hour", 3),
+    ("required_missing", lambda r: r.pop("country"), ids.PRESENCE, "country", 3),
+    ("int_domain", lambda r: r.update(hour=[30]), ids.DOMAIN, "hour", 3),
+    ("float_domain", lambda r: r.update(price=[-5.0]), ids.DOMAIN, "price", 3),
+    ("nan_disallowed", lambda r: r.update(price=[float("nan")]), ids.DOMAIN, "price", 3),
+    ("string_domain", lambda r: r.update(country=[b"xx"]), ids.DOMAIN, "country", 3),
+    ("bool_domain", lambda r: r.update(clicked=[2]), ids.DOMAIN, "clicked", 3),
+    ("unknown_feature", lambda r: r.update(debug=[1]), ids.UNKNOWN_FEATURE, "debug", 3),
+    ("int32_overflow", lambda r: r.update(user_id=[2**31]), ids.CONSUMER_RANGE,
      "user_id", 3),
     ("int32_underflow_in_list", lambda r: r.update(hist=[5, -(2**31) - 1]),
-     CONSUMER_RANGE, "hist", 3),
+     ids.CONSUMER_RANGE, "hist", 3),
 ])
 def test_guard_planted_data_mismatch_caught(tmp_path, name, mutate, check, feature, count):
     findings = run(tmp_path, mutate)
@@ -194,15 +176,15 @@ def test_guard_wrong_kind_in_whole_batch_caught(tmp_path):
     examples = str(tmp_path / "ex")
     write_split(examples, rows)
     findings = guard.scan_examples(examples, config(CONTRACT))
-    f = only(findings, WIRE_KIND, "hour")
+    f = only(findings, ids.WIRE_KIND, "hour")
     assert f.count == N and f.actual == "float_list"
-    consumer = only(findings, CONSUMER_KIND, "hour")
+    consumer = only(findings, ids.CONSUMER_KIND, "hour")
     assert "cannot become int32" in consumer.fix
 
 
 def test_guard_mixed_kind_message_names_feature_record_and_value(tmp_path):
     findings = run(tmp_path, lambda r: r.update(item_id=("float_list", [2.5])))
-    f = only(findings, WIRE_KIND, "item_id")
+    f = only(findings, ids.WIRE_KIND, "item_id")
     msg = f.message(N)
     assert "[train] feature 'item_id' (data_vs_schema.wire_kind): expected int64_list" in msg
     assert "data_tfrecord-00000-of-00002.gz record 17 = [2.5]" in msg
@@ -211,24 +193,24 @@ def test_guard_mixed_kind_message_names_feature_record_and_value(tmp_path):
 
 def test_guard_int32_overflow_message_names_values_and_fix(tmp_path):
     findings = run(tmp_path, lambda r: r.update(user_id=[2**31]))
-    msg = only(findings, CONSUMER_RANGE, "user_id").message(N)
+    msg = only(findings, ids.CONSUMER_RANGE, "user_id").message(N)
     assert "values in [-2147483648, 2147483647] (contract test reads int32)" in msg
     assert "record 17 = [2147483648]" in msg and "would wrap silently" in msg
 
 
 @pytest.mark.parametrize("feature,change,check", [
-    ("country", {"dtype": "int64", "shape": []}, CONSUMER_KIND),   # bytes as int
-    ("hour", {"dtype": "string", "shape": []}, CONSUMER_KIND),     # int as string
-    ("price", {"dtype": "int32", "shape": []}, CONSUMER_KIND),     # float as int
-    ("item_id", {"dtype": "int32", "shape": [2]}, CONSUMER_SHAPE),
+    ("country", {"dtype": "int64", "shape": []}, ids.CONSUMER_KIND),   # bytes as int
+    ("hour", {"dtype": "string", "shape": []}, ids.CONSUMER_KIND),     # int as string
+    ("price", {"dtype": "int32", "shape": []}, ids.CONSUMER_KIND),     # float as int
+    ("item_id", {"dtype": "int32", "shape": [2]}, ids.CONSUMER_SHAPE),
 ])
 def test_guard_planted_consumer_mismatch_caught(tmp_path, feature, change, check):
     contract = {**CONTRACT, feature: change}
     findings = run(tmp_path, contract=contract)
     f = only(findings, check, feature)
     assert f.split == "train" and f.count == N
-    if check == CONSUMER_KIND:  # the schema already disagrees with the consumer
-        assert only(findings, SCHEMA_VS_CONSUMER, feature).split is None
+    if check == ids.CONSUMER_KIND:  # the schema already disagrees with the consumer
+        assert only(findings, ids.SCHEMA_VS_CONSUMER, feature).split is None
 
 
 @pytest.mark.parametrize("parse_dtype", ["int32", "uint8", "float64"])
@@ -237,7 +219,7 @@ def test_guard_parse_dtype_wire_cannot_carry_caught(tmp_path, parse_dtype):
     dtype = "float32" if feature == "price" else "int32"
     contract = {**CONTRACT, feature: {"dtype": dtype, "shape": [], "parse_dtype": parse_dtype}}
     findings = run(tmp_path, contract=contract)
-    f = only(findings, PARSE_DTYPE, feature)
+    f = only(findings, ids.PARSE_DTYPE, feature)
     good = "float32" if feature == "price" else "int64"
     assert f.split is None and f"Parse '{feature}' as tf.{good}, then tf.cast" in f.fix
     assert parse_dtype in f.actual
@@ -249,7 +231,7 @@ def test_guard_source_int64_consumed_as_int32_caught(tmp_path):
         "hist": {"arrow_type": "list<item: int32>", "feature": "int64_list"},
         "item_id": {"arrow_type": "int32", "feature": "int64_list"}}}
     findings = run(tmp_path, source=source)
-    f = only(findings, SOURCE_NARROWING, "user_id")
+    f = only(findings, ids.SOURCE_NARROWING, "user_id")
     assert f.actual == "int64 at the source (Parquet)" and "take int64" in f.fix
     assert not [x for x in findings.sorted() if x.feature in ("hist", "item_id")]
 
@@ -279,8 +261,8 @@ def test_guard_int32_signature_over_in_range_int64_data_clean(tmp_path):
     rows[5]["hour"] = [3]
     write_split(examples, rows)
     hits = guard.scan_examples(examples, cfg).sorted()
-    assert {(h.check, h.feature) for h in hits} == {(CONSUMER_RANGE, "item_id"),
-                                                    (DOMAIN, "item_id")}
+    assert {(h.check, h.feature) for h in hits} == {(ids.CONSUMER_RANGE, "item_id"),
+                                                    (ids.DOMAIN, "item_id")}
 
 
 def test_guard_collects_every_finding_at_once(tmp_path):
@@ -289,8 +271,8 @@ def test_guard_collects_every_finding_at_once(tmp_path):
         r.pop("country")
     findings = run(tmp_path, mutate)
     checks = {(f.check, f.feature) for f in findings.sorted()}
-    assert {(WIRE_KIND, "item_id"), (DOMAIN, "hour"), (PRESENCE, "country"),
-            (CONSUMER_MISSING, "country")} <= checks
+    assert {(ids.WIRE_KIND, "item_id"), (ids.DOMAIN, "hour"), (ids.PRESENCE, "country"),
+            (ids.CONSUMER_MISSING, "country")} <= checks
 
 
 def test_guard_findings_merge_order_independent(tmp_path):
@@ -309,7 +291,7 @@ def test_guard_findings_merge_order_independent(tmp_path):
     for p in reversed(parts):
         backward.merge(p)
     assert forward.to_json() == backward.to_json()
-    assert only(forward, DOMAIN, "hour").count == 3
+    assert only(forward, ids.DOMAIN, "hour").count == 3
 
 
 def test_report_writes_tfdv_anomalies_and_readable_reports(tmp_path):
