@@ -1,7 +1,6 @@
 """Local runs (LocalDagRunner + Beam DirectRunner, MLMD in SQLite) and their results."""
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -9,11 +8,12 @@ from tfx import v1 as tfx
 from tfx.orchestration import metadata as tfx_metadata
 from tfx.types import artifact_utils
 
-from tfx_bridge import schemas
-from tfx_bridge.artifacts import properties
+from tfx_bridge import limits, schemas
+from tfx_bridge.artifacts import layout, properties
 from tfx_bridge.artifacts.examples import read_records
 from tfx_bridge.components.parquet_example_gen import executor as peg_executor
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
+from tfx_bridge.components.parquet_example_gen import plan as ingest_plan
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.pipelines import demo_data, run_state
 from tfx_bridge.pipelines import pipeline as pipelines
@@ -63,7 +63,8 @@ def run_data_demo(workdir: str, data_root: str,
     anomalies = latest_artifacts(metadata_path, "ExampleAnomalies")[0]
     split_names = artifact_utils.decode_split_names(
         examples.properties["split_names"].string_value)
-    source = json.loads(fs.read_text(fs.join(examples.uri, core.SOURCE_SCHEMA_FILE)))
+    source = limits.read_json(fs.join(examples.uri, layout.SOURCE_SCHEMA_FILE), RunInputError,
+                              "Run the data pipeline again on a fresh workdir.")
     from tensorflow_metadata.proto.v0 import schema_pb2
     from tfx.utils import io_utils
     schema_proto = io_utils.parse_pbtxt_file(os.path.join(schema.uri, "schema.pbtxt"),
@@ -143,7 +144,7 @@ def _check_newest_span(data_root: str, newest: str) -> None:
             f"The newest span folder {folder} holds no file matching {pattern!r} (the "
             f"pipeline reads {demo_data.SPAN_PATTERN!r}): ExampleGen would silently take an "
             "older span, or none. Add its Parquet files, or remove the folder.")
-    plan = core.plan_ingest(folder, core.SplitConfig.parse("all:1", pattern))
+    plan = ingest_plan.plan_ingest(folder, ingest_plan.SplitConfig.parse("all:1", pattern))
     if plan.num_rows == 0:
         raise RunInputError(
             f"The newest span {folder} holds 0 rows in {len(plan.files)} file(s): nothing "

@@ -40,12 +40,13 @@ import time
 import uuid
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
+from tfx_bridge import limits
 from tfx_bridge.components.serving_pusher.base_layout import (
     STATE_FILE,
     WARMUP_DIR,
     WARMUP_FILE,
 )
-from tfx_bridge.components.serving_pusher.errors import PushLocked, PushRefused
+from tfx_bridge.components.serving_pusher.errors import PusherError, PushLocked, PushRefused
 from tfx_bridge.components.serving_pusher.state import State, integer_folders
 from tfx_bridge.storage import fs
 from tfx_bridge.storage.names import child
@@ -160,7 +161,7 @@ def clean_stale(base_path: str, model_name: str, now: Optional[float] = None) ->
             continue
         marker = child(model_root, MARKERS, name)
         try:
-            created = float(json.loads(fs.read_text(marker))["created"])
+            created = float(limits.read_json(marker, PusherError, "")["created"])
         except Exception:  # noqa: BLE001  (no or unreadable marker: not ours to remove)
             continue
         if now - created > STALE_AFTER_S:

@@ -8,6 +8,7 @@ import numpy as np
 
 from tfx_bridge import limits
 from tfx_bridge.artifacts import savedmodel
+from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError
 from tfx_bridge.components.trt_optimizer.results import (
     IMPORTER_REPORT,
 )
@@ -27,7 +28,9 @@ def input_specs(saved_model_dir: str, fn):
     declared = {}
     report = fs.join(fs.dirname(saved_model_dir.rstrip("/")), IMPORTER_REPORT)
     if fs.exists(report):
-        for text in limits.loads_json(fs.read_bytes(report), report).get("inputs", []):
+        recorded = limits.read_json(report, OptimizerConfigError,
+                                    "Give the importer's Model folder as it wrote it.")
+        for text in recorded.get("inputs", []):
             spec = tensorspec.parse_input_spec(text)
             declared[spec.name] = spec
     specs = []

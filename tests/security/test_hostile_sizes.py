@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 
 from tfx_bridge import limits  # noqa: E402
+from tfx_bridge.torch import class_path  # noqa: E402
 from tfx_bridge.torch import model as torch_model  # noqa: E402
 
 PROBE = os.path.join(os.path.dirname(__file__), "rss_probe.py")
@@ -174,12 +175,12 @@ def test_module_class_checked_in_its_source_before_it_is_imported(tmp_path, monk
         with pytest.raises(torch_model.TorchModelError, match=re.escape(needle)):
             torch_model.import_module_class(name)
     assert not marker.exists()  # none of them ran the module's code
-    monkeypatch.setenv(torch_model.ALLOWED_MODULES_ENV, "mypkg, tfx_bridge")
+    monkeypatch.setenv(class_path.ALLOWED_MODULES_ENV, "mypkg, tfx_bridge")
     with pytest.raises(torch_model.TorchModelError, match="hostile_mod is not in "
                        "TFX_BRIDGE_ALLOWED_MODULES"):
         torch_model.import_module_class("hostile_mod:Net")
     assert not marker.exists()
-    monkeypatch.delenv(torch_model.ALLOWED_MODULES_ENV)
+    monkeypatch.delenv(class_path.ALLOWED_MODULES_ENV)
     assert issubclass(torch_model.import_module_class("hostile_mod:Net"), torch.nn.Module)
     assert marker.exists()  # a class: imported, as trusted code (docs/TRUST.md)
 

@@ -36,7 +36,6 @@ from tfx_bridge.artifacts import tensorspec
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage import fs
 from tfx_bridge.torch import class_path
-from tfx_bridge.torch.class_path import ALLOWED_MODULES_ENV  # noqa: F401  (re-exported)
 
 PYTORCH_DIR = "Format-PyTorch"
 WEIGHTS_FILE = "weights.pt"
