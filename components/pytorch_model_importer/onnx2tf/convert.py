@@ -21,6 +21,10 @@ from tfx_bridge.components.pytorch_model_importer.errors import (
     ConversionError,
     missing_extra,
 )
+from tfx_bridge.components.pytorch_model_importer.onnx2tf.graph_rewrites import (
+    fix_dynamic_reshapes,
+    unconvertible_nodes,
+)
 from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite, describe_node
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
 
@@ -70,8 +74,8 @@ def convert(onnx_path: str, workdir: str, inputs: Sequence[TensorSpec],
         raise missing_extra("onnx2tf", ImportError("No module named 'onnx2tf'"))
     private = os.path.join(workdir, "model_for_onnx2tf.onnx")
     shutil.copyfile(onnx_path, private)
-    rewrites = graph_rewrites.fix_dynamic_reshapes(private, inputs) if graph_rewrites else []
-    problems = graph_rewrites.unconvertible_nodes(private, types or {})
+    rewrites = fix_dynamic_reshapes(private, inputs) if graph_rewrites else []
+    problems = unconvertible_nodes(private, types or {})
     if problems:
         raise ConversionError("onnx2tf cannot convert this model; " + "; ".join(problems) + ".")
     out = os.path.join(workdir, "onnx2tf_out")

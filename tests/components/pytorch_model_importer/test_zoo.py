@@ -25,11 +25,11 @@ pytest.importorskip("transformers", reason="needs the [zoo] extra (transformers)
 
 from tfx_bridge.components.pytorch_model_importer import (  # noqa: E402
     convert,
-    rewrite,
     signature,
 )
 from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.export import module_rewrites  # noqa: E402
+from tfx_bridge.components.pytorch_model_importer.onnx2tf import graph_rewrites  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.report import check_table  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.source import ModelSource  # noqa: E402
 
@@ -61,7 +61,7 @@ def test_zoo_model_converted_by_own_converter_without_graph_rewrites(zoo_imports
     assert report["converter"] == "tfx-bridge"
     assert [a["converter"] for a in report["conversion_attempts"]] == ["tfx-bridge"]
     # onnx2tf's batch-1 reshape fix is not needed: dynamic dims stay tf.shape.
-    assert rewrite.RESHAPE_DYNAMIC_BATCH not in {r["kind"] for r in report["rewrites"]}
+    assert graph_rewrites.RESHAPE_DYNAMIC_BATCH not in {r["kind"] for r in report["rewrites"]}
 
 
 @pytest.mark.slow
