@@ -171,9 +171,8 @@ def run_time_child(spec: dict, onednn: bool) -> dict:
 
 
 def _models(only):
-    import torch
+    import reference_models
 
-    from tfx_bridge.components.pytorch_model_importer.source import ModelSource
     from tfx_bridge.pipelines import demo_models
 
     sys.path.insert(0, os.path.abspath(ZOO_DIR))
@@ -183,13 +182,9 @@ def _models(only):
     for name in ZOO_MODELS:
         entry = zoo.ZOO[name]
         out[name] = (entry.inputs, entry.outputs, lambda folder, n=name: zoo.hand_over(n, folder))
-    for name, (cls, kwargs, inputs, outputs) in demo_models.REFERENCE_MODELS.items():
-        def source(folder, n=name, c=cls, k=kwargs):
-            path = os.path.join(folder, f"{n}.pt")
-            torch.save(demo_models.build(n).state_dict(), path)
-            return ModelSource("state_dict", path,
-                               f"tfx_bridge.pipelines.demo_models:{c.__name__}", k)
-        out[f"ref_{name}"] = (inputs, outputs, source)
+    for name, (_, _, inputs, outputs) in demo_models.REFERENCE_MODELS.items():
+        out[f"ref_{name}"] = (inputs, outputs,
+                              lambda folder, n=name: reference_models.hand_over(n, folder))
     return {k: v for k, v in out.items() if not only or k in only}
 
 

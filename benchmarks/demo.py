@@ -1,6 +1,6 @@
 """Times the README's main command end to end: `tfx-bridge demo` in a fresh workdir.
 
-Target (issue 7): under 3 minutes on 2 cores. Reports total wall time and the
+Target: under 3 minutes on 2 cores. Reports total wall time and the
 time of each progress step, from the CLI's own progress lines; then runs it
 twice more in the same workdir (the reruns a cron job makes) and reports their
 wall time and whether they pushed a new version.

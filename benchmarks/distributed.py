@@ -1,4 +1,4 @@
-"""Issue 26's figures, each pair from one run on this machine.
+"""Distributed-run figures, each pair from one run on this machine.
 
 1. ``tfx-bridge demo`` (training mode) under the DirectRunner and under Beam's
    portable runner with a local job service and two external SDK workers

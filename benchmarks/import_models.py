@@ -50,7 +50,6 @@ import torch  # noqa: E402
 
 from tfx_bridge.components.pytorch_model_importer import convert, signature  # noqa: E402
 from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig  # noqa: E402
-from tfx_bridge.components.pytorch_model_importer.source import ModelSource  # noqa: E402
 from tfx_bridge.errors import short_message  # noqa: E402
 from tfx_bridge.pipelines import demo_models  # noqa: E402
 
@@ -63,6 +62,7 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 if BENCH_DIR not in sys.path:  # catalog:Class module classes of the catalog's hand-overs
     sys.path.insert(0, BENCH_DIR)
 
+import reference_models  # noqa: E402
 from catalog_run import (  # noqa: E402
     BATCHES,
     CATALOG_JSONL,
@@ -79,14 +79,10 @@ def _models():
     for name, entry in zoo.ZOO.items():
         out[name] = (entry.category, entry.build, entry.inputs, entry.outputs,
                      lambda folder, n=name: zoo.hand_over(n, folder))
-    for name, (cls, kwargs, inputs, outputs) in demo_models.REFERENCE_MODELS.items():
-        def source(folder, n=name, c=cls, k=kwargs):
-            path = os.path.join(folder, f"{n}.pt")
-            torch.save(demo_models.build(n).state_dict(), path)
-            return ModelSource("state_dict", path,
-                               f"tfx_bridge.pipelines.demo_models:{c.__name__}", k)
+    for name, (cls, _, inputs, outputs) in demo_models.REFERENCE_MODELS.items():
         out[f"ref_{name}"] = (f"reference ({cls.__name__})",
-                              lambda n=name: demo_models.build(n), inputs, outputs, source)
+                              lambda n=name: demo_models.build(n), inputs, outputs,
+                              lambda folder, n=name: reference_models.hand_over(n, folder))
     return out
 
 

@@ -5,7 +5,7 @@ In one run, on the same generated files (mixed types incl. list<int32>):
   ours   ParquetExampleGen, LocalDagRunner, DirectRunner
   bound  pyarrow read + tfx_bsl encoder + gzip TFRecord write, one plain loop
 
-Targets (issue 2): ours >= 10x stock rows/s, and within 1.5x of the bound.
+Targets: ours >= 10x stock rows/s, and within 1.5x of the bound.
 Prints a Markdown table for docs/BENCHMARKS.md and, with --json, a JSON line.
 
     .venv/bin/python benchmarks/ingest.py --rows 1000000
@@ -140,7 +140,7 @@ def main() -> None:
         if k in seconds:
             print(f"| {k} | {seconds[k]:.1f} | {rate[k]:,.0f} |")
     if result["ours_vs_stock"] is not None:
-        print(f"\nours / stock rows/s: {result['ours_vs_stock']}x (target >= 20x, issue 27)")
+        print(f"\nours / stock rows/s: {result['ours_vs_stock']}x (target >= 20x)")
     print(f"ours time / bound time: {result['bound_vs_ours']}x (target <= 1.5x)")
     if args.json:
         print(json.dumps(result, sort_keys=True))

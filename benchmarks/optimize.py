@@ -9,7 +9,7 @@ experimental --xla_cpu_compilation_enabled / --prefer_tflite_model), timed the
 same way, each model through the runtime its server would use (TFLite's
 interpreter for a TFLite choice). The original is
 also timed through a TF1 Session, TF Serving's own path, to show the per-call
-floor of TF graphs on this host. Target on CPU (issue 5): optimized
+floor of TF graphs on this host. Target on CPU: optimized
 p50 <= 0.75x the original at batch 1 and 32; without experimental flags there
 may be nothing faster, and the report says so. Figures go into docs/BENCHMARKS.md.
 

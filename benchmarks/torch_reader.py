@@ -18,7 +18,7 @@ Transform-shaped records (seven scalars and the label, all read). Records per
 second over whole passes, best of ``--rounds``, interleaved; then the CPU seconds
 of one more pass of each, by process (the DataLoader's main process and its
 workers apart), which bound what two workers can reach on a 2-core machine.
-Targets (issue 27): tf >= 1.0x stock in one process, tf x2 >= 1.7x stock.
+Targets: tf >= 1.0x stock in one process, tf x2 >= 1.7x stock.
 
     .venv/bin/python benchmarks/torch_reader.py --rows 300000
 """
