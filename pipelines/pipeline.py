@@ -14,7 +14,7 @@ from tfx.orchestration import pipeline as tfx_pipeline
 from tfx_bridge.components.parquet_example_gen import ParquetExampleGen
 from tfx_bridge.components.schema_guard import SchemaGuard
 from tfx_bridge.pipelines import demo_data
-from tfx_bridge.pipelines.config import PipelineConfig
+from tfx_bridge.pipelines.config import PipelineConfig, PipelineConfigError
 
 
 def span_input_config(pattern: str = demo_data.SPAN_PATTERN) -> tfx.proto.Input:
@@ -204,6 +204,10 @@ def create_pipeline(
     from tfx_bridge.components.serving_pusher import ServingPusher
     from tfx_bridge.components.trt_optimizer import TrtOptimizer
 
+    if config is not None and not isinstance(config, PipelineConfig):
+        raise PipelineConfigError(
+            f"create_pipeline's sixth argument is a PipelineConfig, not {config!r}: pass "
+            "run settings by name (model_name=..., train_steps=...) or in the config.")
     config = (config or PipelineConfig()).updated(**settings)
     preprocessing_module, trainer_module = config.preprocessing_module, config.trainer_module
     runner_args = (beam_runners.pipeline_args(beam_runners.check(beam_runner))

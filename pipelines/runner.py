@@ -11,9 +11,9 @@ from tfx.types import artifact_utils
 from tfx_bridge import limits, schemas
 from tfx_bridge.artifacts import layout, properties
 from tfx_bridge.artifacts.examples import read_records
-from tfx_bridge.components.parquet_example_gen import executor as peg_executor
 from tfx_bridge.components.parquet_example_gen import parquet_to_examples as core
 from tfx_bridge.components.parquet_example_gen import plan as ingest_plan
+from tfx_bridge.components.parquet_example_gen import spec as peg_spec
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.pipelines import demo_data, run_state
 from tfx_bridge.pipelines import pipeline as pipelines
@@ -72,7 +72,7 @@ def run_data_demo(workdir: str, data_root: str,
     return {
         "examples_uri": examples.uri,
         "span": _custom(examples, "span"),
-        "num_rows": _custom(examples, peg_executor.NUM_ROWS_PROPERTY),
+        "num_rows": _custom(examples, peg_spec.NUM_ROWS_PROPERTY),
         "splits": {name: core.count_records(core.split_dir(examples.uri, name))
                    for name in split_names},
         "columns": source["columns"],

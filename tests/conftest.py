@@ -52,7 +52,6 @@ LONGEST_FIRST = (
     "components/pytorch_model_importer/test_zoo.py",
     "components/pytorch_model_importer/test_zoo_attention.py",
     "components/pytorch_model_importer/test_handover_forms.py",
-    "components/pytorch_model_importer/test_conformance.py",
     "components/pytorch_model_importer/test_component.py",
     "components/pytorch_model_importer/test_convert.py",
 )

@@ -7,8 +7,8 @@ holder writes who it is (pid, host, start time, command) into the file and
 empties it when it finishes; a run that finds the lock free but the file still
 naming a holder knows that holder died holding it, takes the lock over and
 says so. Object-store paths take no lock here: every shared write there is
-conditional (the pusher's object_store). The lock is per host: two machines
-sharing a workdir over NFS are not serialized by it (a workdir holds MLMD's
+conditional (the pusher's object-store publisher). The lock is per host: two
+machines sharing a workdir over NFS are not serialized by it (a workdir holds MLMD's
 SQLite file, which is not safe to share that way either).
 
 Example:

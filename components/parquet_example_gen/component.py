@@ -13,15 +13,7 @@ from tfx.types import channel, standard_artifacts
 from tfx_bridge.components.parquet_example_gen import executor
 from tfx_bridge.components.parquet_example_gen.config import DEFAULT_PATTERN, ParquetConfig
 from tfx_bridge.components.parquet_example_gen.errors import ParquetConfigError
-from tfx_bridge.components.parquet_example_gen.spec import (  # noqa: F401  (the keys: public)
-    CONFIG_KEY,
-    EXAMPLES_KEY,
-    INPUT_BASE_KEY,
-    INPUT_CONFIG_KEY,
-    OUTPUT_CONFIG_KEY,
-    RANGE_CONFIG_KEY,
-    ParquetExampleGenSpec,
-)
+from tfx_bridge.components.parquet_example_gen.spec import ParquetExampleGenSpec
 
 _DEFAULTS = ParquetConfig()
 

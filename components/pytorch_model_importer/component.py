@@ -9,17 +9,7 @@ from tfx.types import channel, standard_artifacts
 from tfx_bridge.components.pytorch_model_importer import executor
 from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
 from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
-from tfx_bridge.components.pytorch_model_importer.spec import (  # noqa: F401  (public keys)
-    BLESSED_PROPERTY,
-    CONFIG_KEY,
-    EXAMPLES_KEY,
-    MODEL_KEY,
-    SCHEMA_KEY,
-    SOURCE_MODEL_KEY,
-    TRANSFORM_GRAPH_KEY,
-    TRANSFORMED_EXAMPLES_KEY,
-    PyTorchModelImporterSpec,
-)
+from tfx_bridge.components.pytorch_model_importer.spec import PyTorchModelImporterSpec
 
 _DEFAULTS = ImporterConfig()
 

@@ -23,7 +23,7 @@ from tfx_bridge import envvars
 from tfx_bridge.artifacts import properties
 from tfx_bridge.components.pytorch_trainer import check
 from tfx_bridge.components.pytorch_trainer.errors import RunFnError
-from tfx_bridge.components.pytorch_trainer.spec import (  # noqa: F401  (the keys: public)
+from tfx_bridge.components.pytorch_trainer.spec import (
     BASE_MODEL_KEY,
     EXAMPLES_KEY,
     MODEL_KEY,

@@ -11,15 +11,7 @@ from tfx.types import channel, standard_artifacts
 from tfx_bridge.components.schema_guard import executor
 from tfx_bridge.components.schema_guard.config import SchemaGuardConfig
 from tfx_bridge.components.schema_guard.errors import SchemaGuardConfigError
-from tfx_bridge.components.schema_guard.spec import (  # noqa: F401  (the keys: public)
-    ANOMALIES_KEY,
-    BLESSED_PROPERTY,
-    CONFIG_KEY,
-    EXAMPLES_KEY,
-    MODEL_KEY,
-    SCHEMA_KEY,
-    SchemaGuardSpec,
-)
+from tfx_bridge.components.schema_guard.spec import SchemaGuardSpec
 
 _DEFAULTS = SchemaGuardConfig()
 

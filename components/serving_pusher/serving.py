@@ -130,6 +130,12 @@ def push_model(config: PusherConfig, model_dir: str, saved_model_dir: Optional[s
     to their ``blessed`` (None: not supplied). The result, with the blessings, is
     written to ``report_dir``/push.json when given.
     """
+    if imported_model_dir is not None and not fs.isdir(imported_model_dir):
+        # Read as "no verdict" it would fail the gate closed with a reason that hides
+        # the typo.
+        raise PusherConfigError(
+            f"The imported model folder {imported_model_dir} does not exist. Give the "
+            "importer's Model folder (the one holding its report.json), or leave it out.")
     facts = model_facts(model_dir)
     imported = model_facts(imported_model_dir) if imported_model_dir is not None else None
     blessings = gates.blessings(facts, mark, imported, imported_mark, other_gates)
@@ -155,7 +161,7 @@ def push(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = False,
     """:func:`push_local` for a model folder that may be a URI (an artifact under
     an ``s3://`` or ``gs://`` pipeline root): it is copied to a local folder
     first, so the checks, the fresh-process load and the copy see the same bytes.
-    ``config.base_path`` may be ``s3://`` (see :mod:`object_store` for how a push is
+    ``config.base_path`` may be ``s3://`` (see :mod:`object_store_publisher` for how a push is
     made safe there). The arguments are :func:`push_local`'s.
     """
     args = (requires_gpu, serving_flags, examples_dir, blessings, lock_timeout_s, identity)

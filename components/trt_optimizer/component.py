@@ -8,13 +8,7 @@ from tfx.types import channel, standard_artifacts
 
 from tfx_bridge.components.trt_optimizer import executor
 from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
-from tfx_bridge.components.trt_optimizer.spec import (  # noqa: F401  (the keys: public)
-    BLESSED_PROPERTY,
-    EXAMPLES_KEY,
-    MODEL_KEY,
-    OPTIMIZED_MODEL_KEY,
-    TrtOptimizerSpec,
-)
+from tfx_bridge.components.trt_optimizer.spec import TrtOptimizerSpec
 
 _DEFAULTS = OptimizerConfig()
 

@@ -45,7 +45,8 @@ class Executor(base_executor.BaseExecutor):
                     if input_dict.get(EXAMPLES_KEY) else None)
         out = artifact_utils.get_single_instance(output_dict[OPTIMIZED_MODEL_KEY])
         config = OptimizerConfig.from_json(exec_properties[CONFIG_KEY])
-        result = optimize.optimize(source, out.uri, config, examples_dir=examples)
+        result = optimize.optimize(source, out.uri, config, examples_dir=examples,
+                                   model_dir=model.uri)
         report = result.report
         out.set_int_custom_property(BLESSED_PROPERTY, 1 if result.blessed else 0)
         out.set_string_custom_property(BACKEND_PROPERTY, result.backend)

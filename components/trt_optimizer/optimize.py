@@ -37,11 +37,12 @@ fleets that do not run experimental flags.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -72,6 +73,7 @@ from tfx_bridge.components.trt_optimizer.results import (
     BACKEND_ORIGINAL,
     BACKEND_TENSORRT,
     DEFAULT_BATCHES,
+    IMPORTER_REPORT,
     SERVING_DIR,
     CandidateResult,
     OptimizeResult,
@@ -84,7 +86,8 @@ from tfx_bridge.torch import model as torch_model
 def optimize(model_path: str, output_dir: str, config: Optional[OptimizerConfig] = None,
              examples_dir: Optional[str] = None, batches: Sequence[int] = DEFAULT_BATCHES,
              probe: Optional[Probe] = None,
-             extra_candidates: Optional[Dict[str, Callable]] = None) -> OptimizeResult:
+             extra_candidates: Optional[Dict[str, Callable]] = None,
+             model_dir: Optional[str] = None) -> OptimizeResult:
     """Optimizes ``model_path`` into ``output_dir``, the whole Model artifact; either
     may be a URI. The component's executor and ``tfx-bridge optimize`` both call it.
 
@@ -98,24 +101,58 @@ def optimize(model_path: str, output_dir: str, config: Optional[OptimizerConfig]
     TF-TRT, XLA and the TFLite converter work on local folders: a remote model
     folder is copied to a local folder first, the output is written locally and
     uploaded when every step has finished, and both copies are removed. The other
-    arguments are :func:`optimize_local`'s.
+    arguments are :func:`optimize_local`'s. ``model_dir`` names the Model folder
+    whose report and ``Format-PyTorch/`` go with the SavedModel when ``model_path``
+    does not (the executor's artifact, whose SavedModel may sit in another layout).
     """
     source = resolve_saved_model(model_path)  # a clear refusal before anything is copied
-    model_dir = model_folder(source)
-    with fs.staged_locally(model_dir or source, output=output_dir) as (local_in, local_out):
-        local_source = fs.join(local_in, SERVING_DIR) if model_dir else local_in
+    if model_dir is None:
+        model_dir = model_folder(model_path, source)
+    with _model_locally(source, model_dir) as (local_source, local_model), \
+            fs.local_output(output_dir) as local_out:
         result = optimize_local(local_source, local_out, config, examples_dir, batches, probe,
                                 extra_candidates)
-        if model_dir is not None:
-            carry_pytorch(local_in, local_out)
+        if local_model is not None:
+            carry_pytorch(local_model, local_out)
     return result
 
 
-def model_folder(saved_model_dir: str) -> Optional[str]:
-    """The Model artifact folder holding ``saved_model_dir`` as its ``Format-Serving/``,
-    or None for a SavedModel folder that stands alone."""
-    path = saved_model_dir.rstrip("/")
+def model_folder(model_path: str, saved_model_dir: str) -> Optional[str]:
+    """The Model artifact folder ``model_path`` names (a folder holding
+    ``Format-Serving/``, or that folder itself), or None for a SavedModel folder
+    that stands alone."""
+    path = model_path.rstrip("/")
+    if saved_model_dir.rstrip("/") != path:
+        return path
     return fs.dirname(path) if fs.basename(path) == SERVING_DIR else None
+
+
+@contextlib.contextmanager
+def _model_locally(saved_model_dir: str, model_dir: Optional[str]) -> Iterator[tuple]:
+    """(a local SavedModel, a local Model folder or None): read in place when local
+    and laid out as a Model folder (or a SavedModel standing alone), else a local
+    copy in the Model layout of what the optimizer reads: the SavedModel as
+    ``Format-Serving/`` and, from ``model_dir``, its report (the declared input
+    ranges) and ``Format-PyTorch/``. A remote model's other files, or a parent
+    folder that is no Model artifact, are never copied."""
+    local = not fs.is_remote(saved_model_dir) and (model_dir is None or (
+        not fs.is_remote(model_dir)
+        and fs.join(model_dir, SERVING_DIR) == saved_model_dir.rstrip("/")))
+    if local:
+        yield saved_model_dir, model_dir
+        return
+    work = tempfile.mkdtemp(prefix="tfx-bridge-optimize-in-")
+    try:
+        fs.copy_tree(saved_model_dir, os.path.join(work, SERVING_DIR))
+        if model_dir is not None:
+            report = fs.join(model_dir, IMPORTER_REPORT)
+            if fs.exists(report):
+                fs.copy(report, os.path.join(work, IMPORTER_REPORT))
+            if torch_model.has_model(torch_model.folder_of(model_dir)):
+                fs.copy_tree(torch_model.folder_of(model_dir), torch_model.folder_of(work))
+        yield os.path.join(work, SERVING_DIR), (work if model_dir is not None else None)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def carry_pytorch(model_dir: str, output_dir: str) -> None:

@@ -108,3 +108,32 @@ def test_cli_push_and_component_same_layout_and_same_nothing_new(tmp_path, capfd
         assert layout_a[path] == layout_b[path], path
     state = json.loads(layout_b["ctr/.state.json"])
     assert state["digests"] == {"1": f"source:{SOURCE_DIGEST} flags:"}
+
+
+def test_cli_push_imported_model_folder_missing_exit_2_naming_it(tmp_path, capfd,
+                                                                 scaled_saved_model):
+    model = _model_folder(tmp_path / "model", scaled_saved_model(str(tmp_path / "a")),
+                          {"blessed": True})
+    missing = str(tmp_path / "imported-typo")
+    code = cli.main(["push", "--model", model, "--imported-model", missing, "--base-path",
+                     str(tmp_path / "serving"), "--model-name", "ctr", "--quiet"])
+    _, err = capfd.readouterr()
+    assert code == cli.EXIT_BAD_INPUT, err
+    assert f"The imported model folder {missing} does not exist" in err
+    assert not os.path.exists(tmp_path / "serving" / "ctr")
+
+
+@pytest.mark.parametrize("verdict", [{"blessed": False}, {}])
+def test_cli_push_imported_model_not_blessed_or_without_verdict_refused_exit_1(
+        tmp_path, capfd, scaled_saved_model, verdict):
+    model = _model_folder(tmp_path / "model", scaled_saved_model(str(tmp_path / "a")),
+                          {"blessed": True})
+    imported = _model_folder(tmp_path / "imported", scaled_saved_model(str(tmp_path / "b")),
+                             {**verdict, "source_digest": SOURCE_DIGEST})
+    code = cli.main(["push", "--model", model, "--imported-model", imported, "--base-path",
+                     str(tmp_path / "serving"), "--model-name", "ctr", "--json", "--quiet"])
+    out, err = capfd.readouterr()
+    assert code == cli.EXIT_CHECK_FAILED, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["pushed"] is False and "importer" in summary["reason"], summary["reason"]
+    assert not os.path.isdir(tmp_path / "serving" / "ctr" / "1")

@@ -66,6 +66,15 @@ def test_create_pipeline_conflicting_modes_refused(tmp_path, kwargs, message):
                                   str(tmp_path / "s"), **kwargs)
 
 
+def test_create_pipeline_model_name_where_the_config_goes_refused_naming_the_fix(tmp_path):
+    from tfx_bridge.pipelines.config import PipelineConfigError
+
+    with pytest.raises(PipelineConfigError, match=r"sixth argument is a PipelineConfig, not "
+                       r"'ctr': pass run settings by name \(model_name=\.\.\."):
+        pipelines.create_pipeline("t", str(tmp_path), str(tmp_path), None,
+                                  str(tmp_path / "s"), "ctr")
+
+
 def test_create_pipeline_beam_runner_checked_first_and_its_options_passed(tmp_path):
     from tfx_bridge.beam_runners import BeamSettings, RunnerSettingsError
 

@@ -51,8 +51,6 @@ from tfx_bridge.components.pytorch_model_importer.export import (
 from tfx_bridge.components.pytorch_model_importer.export.fused_attention import (
     ENCODER_LAYER,
     MULTI_HEAD_ATTENTION,
-    NESTED_FROM_MASK,
-    TO_PADDED,
 )
 from tfx_bridge.components.pytorch_model_importer.export.fused_embedding_bag import (
     EMBEDDING_BAG,
@@ -62,8 +60,6 @@ from tfx_bridge.components.pytorch_model_importer.export.registry import OPSETS,
 FUSED_KERNEL_DECOMPOSED = "fused-kernel-decomposed"  # the report's rewrite kind
 
 # The kernels named in the report; the nested-tensor pair comes with the encoder.
-FUSED_KERNELS = (ENCODER_LAYER, MULTI_HEAD_ATTENTION, EMBEDDING_BAG, NESTED_FROM_MASK,
-                 TO_PADDED)
 _REPORTED = (ENCODER_LAYER, MULTI_HEAD_ATTENTION, EMBEDDING_BAG)
 _SYMBOLICS = {**fused_attention.SYMBOLICS, **fused_embedding_bag.SYMBOLICS}
 

@@ -12,7 +12,7 @@ refused. For the duration of an export, :func:`symbolics` gives them one:
   The angles are exact: ``(k * t) mod n`` is computed in int64 before the one
   float multiply by ``2 * pi / n``. ``n`` pads or truncates as in torch
   (rows past ``n`` are zero; missing rows are the zero padding);
-- complex arithmetic on the pairs is export_complex.py's.
+- complex arithmetic on the pairs is complex_pairs.py's.
 """
 from __future__ import annotations
 
