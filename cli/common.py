@@ -19,6 +19,7 @@ EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
 EXIT_BUSY = 4
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
 EXIT_BROKEN_PIPE = 141  # stdout's reader left: 128 + SIGPIPE, as a shell reports it
 
 def quiet_libraries() -> None:

@@ -134,7 +134,11 @@ def cmd_validate(args: argparse.Namespace) -> Dict[str, Any]:
 
 def add_parser(sub) -> None:
     """The ingest and validate verbs."""
-    from tfx_bridge.components.parquet_example_gen.config import DEFAULT_PATTERN, ParquetConfig
+    from tfx_bridge.components.parquet_example_gen.config import (
+        DEFAULT_PATTERN,
+        DEFAULT_SPLITS,
+        ParquetConfig,
+    )
     from tfx_bridge.components.schema_guard.config import SchemaGuardConfig
 
     ingest = sub.add_parser(
@@ -144,8 +148,8 @@ def add_parser(sub) -> None:
     ingest.add_argument("--pattern", default=DEFAULT_PATTERN,
                         help=f"glob relative to --input-base (default {DEFAULT_PATTERN})")
     ingest.add_argument("--columns", default=None, help="comma-separated columns to read")
-    ingest.add_argument("--splits", default="train:2,eval:1",
-                        help="output splits as name:hash_buckets (default train:2,eval:1)")
+    ingest.add_argument("--splits", default=DEFAULT_SPLITS,
+                        help=f"output splits as name:hash_buckets (default {DEFAULT_SPLITS})")
     ingest.add_argument("--partition-feature", default=None,
                         help="hash this column instead of the whole record")
     ingest.add_argument("--batch-size", type=positive_int, default=ParquetConfig().batch_size,

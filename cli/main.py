@@ -14,6 +14,7 @@ from tfx_bridge.cli.common import (
     EXIT_BUSY,
     EXIT_CHECK_FAILED,
     EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     Parser,
     quiet_libraries,
@@ -77,7 +78,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         summary, code = {"error": str(e), "error_type": type(e).__name__}, EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"tfx-bridge {args.verb}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as e:  # a bug: say so in one line, keep the traceback for --debug
         if isinstance(e, BrokenPipeError) and _stdout_gone():
             return _reader_gone()  # stdout's reader left: not a bug, nothing to say

@@ -18,7 +18,8 @@ from tfx_bridge.cli.common import (
     positive_int,
     shown,
 )
-from tfx_bridge.pipelines.config import PipelineConfig
+from tfx_bridge.components.serving_pusher.base_layout import SERVER_MOUNT
+from tfx_bridge.pipelines.config import DEMO_ROWS_PER_SPAN, DEMO_SPANS, PipelineConfig
 from tfx_bridge.storage import fs
 
 DEFAULT_DEMO_DIR = "demo_output"
@@ -236,9 +237,9 @@ def _seconds(text: str) -> float:
 
 
 def _add_beam(p: argparse.ArgumentParser) -> None:
-    from tfx_bridge.beam_runners import RUNNERS
+    from tfx_bridge.beam_runners import RUNNERS, BeamSettings
 
-    p.add_argument("--beam-runner", choices=RUNNERS, default="direct",
+    p.add_argument("--beam-runner", choices=RUNNERS, default=BeamSettings.runner,
                    help="where the Beam steps run (ExampleGen, StatisticsGen, SchemaGuard, "
                         "Transform, Evaluator); portable without --job-endpoint starts a "
                         "local job service and worker pool")
@@ -272,8 +273,10 @@ def add_parser(sub) -> None:
     demo = sub.add_parser("demo", help="run the pipeline on generated demo data")
     demo.add_argument("--workdir", default=DEFAULT_DEMO_DIR,
                       help=f"where data, artifacts and MLMD go (default ./{DEFAULT_DEMO_DIR})")
-    demo.add_argument("--spans", type=positive_int, default=2, help="span folders to generate")
-    demo.add_argument("--rows", type=positive_int, default=3000, help="rows per span")
+    demo.add_argument("--spans", type=positive_int, default=DEMO_SPANS,
+                      help="span folders to generate")
+    demo.add_argument("--rows", type=positive_int, default=DEMO_ROWS_PER_SPAN,
+                      help="rows per span")
     demo.add_argument("--train-steps", type=positive_int, default=DEFAULTS.train_steps,
                       help="training steps (fixed with the seed: a rerun trains nothing new)")
     _add_optimizer_iterations(demo)
@@ -299,7 +302,8 @@ def add_parser(sub) -> None:
     kfp_p.add_argument("--no-evaluate", action="store_true", help="leave out the Evaluator gate")
     _add_beam(kfp_p)
     _add_optimizer_iterations(kfp_p)
-    kfp_p.add_argument("--serving-base-path", default="/models")
+    kfp_p.add_argument("--serving-base-path", default=SERVER_MOUNT,
+                       help=f"where the serving pods mount the models (default {SERVER_MOUNT})")
     kfp_p.add_argument("--image", required=True,
                        help="the component image built from kubeflow/Dockerfile and pushed "
                             f"to a registry the cluster pulls from (e.g. "

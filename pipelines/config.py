@@ -26,6 +26,10 @@ from typing import List, Optional, Tuple
 from tfx_bridge.config import Config
 from tfx_bridge.errors import BridgeError
 
+# The demo's generated data (tfx-bridge demo): span folders 1..DEMO_SPANS.
+DEMO_SPANS = 2
+DEMO_ROWS_PER_SPAN = 3000
+
 
 class PipelineConfigError(BridgeError):
     """A pipeline setting that cannot work; the message names it and the fix. A retry

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tfx_bridge.pipelines.config import DEMO_ROWS_PER_SPAN, DEMO_SPANS
 from tfx_bridge.storage import fs
 
 # The demo CtrMoE model's signature (importer input specs, output names).
@@ -90,7 +91,8 @@ def make_span_table(span: int, rows: int, seed: int = 0) -> pa.Table:
     ], schema=schema)
 
 
-def write_demo_spans(root: str, spans: Iterable[int] = (1, 2), rows_per_span: int = 3000,
+def write_demo_spans(root: str, spans: Iterable[int] = tuple(range(1, DEMO_SPANS + 1)),
+                     rows_per_span: int = DEMO_ROWS_PER_SPAN,
                      seed: int = 0, files_per_span: int = FILES_PER_SPAN,
                      row_group_size: Optional[int] = None,
                      overwrite: bool = False) -> List[str]:

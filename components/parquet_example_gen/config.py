@@ -25,6 +25,8 @@ from tfx_bridge.components.parquet_example_gen.errors import ParquetConfigError
 from tfx_bridge.config import Config
 
 DEFAULT_PATTERN = "*.parquet"  # the default input split's file pattern
+# The CLI's output splits by default, as TFX ExampleGen splits: hash buckets 2 to 1.
+DEFAULT_SPLITS = "train:2,eval:1"
 
 
 @dataclasses.dataclass(frozen=True)
