@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -316,21 +316,26 @@ class GraphRun:
         # A subgraph's own value_info: its names may shadow the enclosing graph's.
         self.value_info: Dict[str, Any] = {}
 
-    def value_info_of(self, name: str):
+    def _scoped(self, table: str, name: str) -> Tuple[bool, Any]:
+        """(found, entry) of ``name`` in this run's ``table`` or the nearest
+        enclosing run's: a subgraph's names shadow the enclosing graph's."""
         run = self
         while run is not None:
-            if name in run.value_info:
-                return run.value_info[name]
+            entries = getattr(run, table)
+            if name in entries:
+                return True, entries[name]
             run = run.parent
-        return self.converter.value_info.get(name)
+        return False, None
+
+    def value_info_of(self, name: str):
+        found, info = self._scoped("value_info", name)
+        return info if found else self.converter.value_info.get(name)
 
     def lookup(self, name: str):
-        run = self
-        while run is not None:
-            if name in run.values:
-                return run.values[name]
-            run = run.parent
-        raise KeyError(name)
+        found, value = self._scoped("values", name)
+        if not found:
+            raise KeyError(name)
+        return value
 
     def run_sub(self, graph, inputs: Sequence[Any]):
         sub = GraphRun(self.converter, self)
