@@ -51,17 +51,6 @@ def test_cli_import_model_source_model_without_spec_exit_2(tmp_path, capfd):
     assert "holds no Format-PyTorch/model_spec.json" in err and "Traceback" not in err
 
 
-def _tree(root: str) -> dict:
-    """Relative path -> bytes of every file under root."""
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = f.read()
-    return out
-
-
 # What may differ between two imports of one model: wall-clock figures, and where
 # the source and output were (the CLI's temp staging folder, the pipeline root).
 _RUN_FIELDS = ("seconds", "source", "serving_dir", "output_dir", "onnx_path")
@@ -77,12 +66,12 @@ def _facts(value):
 
 
 @pytest.mark.slow
-def test_cli_import_model_and_component_write_the_same_folder(tmp_path, capfd):
+def test_cli_import_model_and_component_write_the_same_folder(tmp_path, capfd, component_model,
+                                                              file_tree):
     from tfx import v1 as tfx
 
     from tfx_bridge.artifacts import savedmodel
     from tfx_bridge.components import PyTorchModelImporter
-    from tfx_bridge.pipelines import runner
 
     research = tmp_path / "research"
     research.mkdir()
@@ -98,14 +87,7 @@ def test_cli_import_model_and_component_write_the_same_folder(tmp_path, capfd):
     importer = PyTorchModelImporter(source_kind="state_dict", source_path="weights.pt",
                                     source_model=source.outputs["result"], **args,
                                     **settings)
-    metadata = str(tmp_path / "m.sqlite")
-    runner.run_local(tfx.dsl.Pipeline(
-        pipeline_name="route", pipeline_root=str(tmp_path / "root"),
-        components=[source, importer],
-        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-            metadata)))
-    component_dir = [m for m in runner.latest_artifacts(metadata, "Model")
-                     if "PyTorchModelImporter" in m.uri][0].uri
+    component_dir = component_model(source, importer).uri
     cli_dir = str(tmp_path / "cli")
     code, _, err = _main(capfd, "import-model", "--state-dict", str(research / "weights.pt"),
                          "--module-class", args["module_class"], "--input", args["inputs"][0],
@@ -113,7 +95,7 @@ def test_cli_import_model_and_component_write_the_same_folder(tmp_path, capfd):
                          "--no-graph-rewrites", "--output", cli_dir, "--quiet")
     assert code == cli.EXIT_OK, err
 
-    by_component, by_cli = _tree(component_dir), _tree(cli_dir)
+    by_component, by_cli = file_tree(component_dir), file_tree(cli_dir)
     assert sorted(by_component) == sorted(by_cli)
     assert any(p.startswith("Format-PyTorch") for p in by_cli)
     report_a, report_b = (json.loads(t["report.json"]) for t in (by_component, by_cli))

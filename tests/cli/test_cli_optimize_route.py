@@ -12,13 +12,7 @@ torch = pytest.importorskip("torch", reason="needs the [onnx] extra (torch)")
 
 from tfx_bridge import cli  # noqa: E402
 from tfx_bridge.cli.common import LIBRARY_LOG  # noqa: E402
-from tfx_bridge.storage import fs  # noqa: E402
 from tfx_bridge.torch import model as torch_model  # noqa: E402
-
-
-def _tree(root: str) -> dict:
-    """Relative path (``/``-separated) -> bytes of every file under root."""
-    return {rel: fs.read_bytes(fs.join(root, rel)) for rel in fs.files_under(root)}
 
 
 def _tried(report: dict) -> list:
@@ -28,37 +22,30 @@ def _tried(report: dict) -> list:
             for c in report["candidates"]]
 
 
-def _run_component(tmp_path, model_dir: str, settings: dict):
+def _run_component(component_model, model_dir: str, settings: dict):
     """TrtOptimizer in a local pipeline over ``model_dir`` as an imported Model."""
     from tfx import v1 as tfx
     from tfx import version as tfx_version
 
     from tfx_bridge.components import TrtOptimizer
-    from tfx_bridge.pipelines import runner
 
     source = tfx.dsl.Importer(
         source_uri=model_dir, artifact_type=tfx.types.standard_artifacts.Model,
         # What the importer's output carries: read as a current Model (Format-Serving/).
         custom_properties={"tfx_version": tfx_version.__version__}).with_id("imported")
-    optimizer = TrtOptimizer(model=source.outputs["result"], **settings)
-    metadata = str(tmp_path / "m.sqlite")
-    runner.run_local(tfx.dsl.Pipeline(
-        pipeline_name="optimize-route", pipeline_root=str(tmp_path / "root"),
-        components=[source, optimizer],
-        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-            metadata)))
-    return [m for m in runner.latest_artifacts(metadata, "Model") if "TrtOptimizer" in m.uri][0]
+    return component_model(source, TrtOptimizer(model=source.outputs["result"], **settings))
 
 
 @pytest.mark.slow
-def test_cli_optimize_and_component_write_the_same_folder(tmp_path, capfd, reference_imports):
+def test_cli_optimize_and_component_write_the_same_folder(tmp_path, capfd, reference_imports,
+                                                          component_model, file_tree):
     from tfx_bridge.artifacts import properties, savedmodel
 
     model_dir = os.path.dirname(reference_imports["mlp"].serving_dir)
     assert torch_model.has_model(torch_model.folder_of(model_dir))  # the input carries one
     # Settings other than the defaults: one a route dropped would show in the report.
     settings = {"iterations": 12, "atol": 5e-4, "topk_threshold": 0.9}
-    model = _run_component(tmp_path, model_dir, settings)
+    model = _run_component(component_model, model_dir, settings)
     cli_dir = str(tmp_path / "cli")
     code = cli.main(["optimize", "--model", model_dir, "--output", cli_dir, "--iterations", "12",
                      "--atol", "5e-4", "--topk-threshold", "0.9", "--json", "--quiet"])
@@ -66,13 +53,13 @@ def test_cli_optimize_and_component_write_the_same_folder(tmp_path, capfd, refer
     assert code == cli.EXIT_OK, err
     summary = json.loads(out.strip().splitlines()[-1])
 
-    by_component = _tree(model.uri)
-    by_cli = {p: b for p, b in _tree(cli_dir).items() if p != LIBRARY_LOG}  # the CLI's own log
+    by_component = file_tree(model.uri)
+    by_cli = {p: b for p, b in file_tree(cli_dir).items() if p != LIBRARY_LOG}  # the CLI's own log
     report_a, report_b = (json.loads(t["report.json"]) for t in (by_component, by_cli))
     top = sorted({p.split("/")[0] for p in by_component})
     assert top == sorted({p.split("/")[0] for p in by_cli})
     assert "Format-PyTorch" in top
-    for path in _tree(torch_model.folder_of(model_dir)):
+    for path in file_tree(torch_model.folder_of(model_dir)):
         path = f"{torch_model.PYTORCH_DIR}/{path}"
         assert by_component[path] == by_cli[path], path  # the input's bytes, by both routes
     for key in ("tolerance", "batches", "precision", "requires_gpu", "tensorrt"):
