@@ -34,7 +34,5 @@ BATCHING_DEFAULTS = {
 }
 BATCHING_FIELDS = {"max_batch_size", "batch_timeout_micros", "max_enqueued_batches",
                     "num_batch_threads", "pad_variable_length_inputs", "allowed_batch_sizes",
-                    "thread_pool_name"}
-
-
-
+                    "thread_pool_name", "enable_large_batch_splitting",
+                    "max_execution_batch_size"}

@@ -28,7 +28,10 @@ class ServingPusher(base_component.BaseComponent):
     monitoring.config and a Kubernetes manifest; keeps the newest versions and
     every labeled one. ``server_base_path`` is where the server sees
     ``base_path`` (default ``/models``, the manifest's mount): every
-    ``base_path`` in models.config points under it.
+    ``base_path`` in models.config points under it. ``target_cores`` (default:
+    the pushing host's usable cores) sizes the server's thread pools; batching
+    follows the model's measured latency unless ``batching_parameters`` says
+    otherwise (docs/guides/serving-config.md).
 
     Outputs:
       pushed_model: ``standard_artifacts.PushedModel`` with ``pushed`` (1/0),
@@ -51,13 +54,18 @@ class ServingPusher(base_component.BaseComponent):
                  keep_versions: int = _DEFAULTS.keep_versions,
                  warmup_records: int = _DEFAULTS.warmup_records,
                  batching_parameters: Optional[dict] = _DEFAULTS.batching_parameters,
-                 server_base_path: str = _DEFAULTS.server_base_path):
+                 server_base_path: str = _DEFAULTS.server_base_path,
+                 target_cores: Optional[int] = _DEFAULTS.target_cores,
+                 intra_op_parallelism: Optional[int] = _DEFAULTS.intra_op_parallelism,
+                 inter_op_parallelism: Optional[int] = _DEFAULTS.inter_op_parallelism):
         # Every check is the config's, at build time, as the CLI's and the executor's.
         config = PusherConfig(
             base_path=base_path, model_name=model_name, label=label, target=target,
             allow_contract_change=allow_contract_change, keep_versions=keep_versions,
             warmup_records=warmup_records, batching_parameters=batching_parameters,
-            server_base_path=server_base_path)
+            server_base_path=server_base_path, target_cores=target_cores,
+            intra_op_parallelism=intra_op_parallelism,
+            inter_op_parallelism=inter_op_parallelism)
         spec = ServingPusherSpec(
             model=model, imported_model=imported_model, schema_guard=schema_guard,
             model_blessing=model_blessing, infra_blessing=infra_blessing, examples=examples,

@@ -17,6 +17,7 @@ import dataclasses
 from typing import List, Optional
 
 from tfx_bridge.components.serving_pusher.base_layout import (
+    BATCHING_DEFAULTS,
     BATCHING_FIELDS,
     DEFAULT_KEEP_VERSIONS,
     DEFAULT_WARMUP_RECORDS,
@@ -27,6 +28,7 @@ from tfx_bridge.components.serving_pusher.base_layout import (
 )
 from tfx_bridge.components.serving_pusher.errors import PusherConfigError
 from tfx_bridge.components.serving_pusher.publisher import publisher_kind
+from tfx_bridge.components.serving_pusher.tuning import batching_problems
 from tfx_bridge.config import Config
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage.names import check_segment, uri_problem
@@ -76,8 +78,15 @@ class PusherConfig(Config):
     allow_contract_change: bool = False
     keep_versions: int = DEFAULT_KEEP_VERSIONS
     warmup_records: int = DEFAULT_WARMUP_RECORDS
-    # BatchingParameters fields over the target's defaults.
+    # BatchingParameters fields; each one given wins over the value derived from the
+    # model's measured latency or the target's default (docs/guides/serving-config.md).
     batching_parameters: Optional[dict] = None
+    # Cores of the machine that serves: session thread pools, batch threads and the
+    # manifest's CPU limit. None: the cores this process may use, read when it pushes.
+    target_cores: Optional[int] = None
+    # TF Serving's session thread pools (None: target_cores each).
+    intra_op_parallelism: Optional[int] = None
+    inter_op_parallelism: Optional[int] = None
     # Where the server sees base_path (the manifest's mount; models.config points there).
     server_base_path: str = SERVER_MOUNT
 
@@ -99,8 +108,17 @@ class PusherConfig(Config):
         if not 1 <= self.warmup_records <= MAX_WARMUP:
             problems.append(f"warmup_records {self.warmup_records}: use 1 to {MAX_WARMUP} "
                             "(TF Serving replays them at load; a push always writes warmup)")
+        for name in ("target_cores", "intra_op_parallelism", "inter_op_parallelism"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                problems.append(f"{name} must be >= 1 (a count of cores or threads), got "
+                                f"{value}; leave it out for this host's usable cores")
         unknown = sorted(set(self.batching_parameters or {}) - BATCHING_FIELDS)
         if unknown:
             problems.append(f"unknown batching fields {unknown}; known: "
                             f"{sorted(BATCHING_FIELDS)}")
+        elif self.target in TARGETS:
+            # Checked over the defaults: derived batch sizes never mix with given ones.
+            problems += batching_problems({**BATCHING_DEFAULTS[self.target],
+                                           **(self.batching_parameters or {})})
         return problems

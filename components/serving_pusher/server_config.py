@@ -21,6 +21,7 @@ from tfx_bridge.components.serving_pusher.errors import (
 )
 from tfx_bridge.components.serving_pusher.publisher import publisher_for
 from tfx_bridge.components.serving_pusher.state import State, versions
+from tfx_bridge.components.serving_pusher.tuning import Session, batching_problems, usable_cores
 from tfx_bridge.storage import fs
 
 
@@ -68,7 +69,9 @@ def batching_message():
               ("max_enqueued_batches", 3, ".google.protobuf.Int64Value"),
               ("num_batch_threads", 4, ".google.protobuf.Int64Value"),
               ("thread_pool_name", 5, ".google.protobuf.StringValue"),
-              ("pad_variable_length_inputs", 7, None)]
+              ("pad_variable_length_inputs", 7, None),
+              ("enable_large_batch_splitting", 8, ".google.protobuf.BoolValue"),
+              ("max_execution_batch_size", 9, ".google.protobuf.Int64Value")]
     T = descriptor_pb2.FieldDescriptorProto
     for name, number, type_name in fields:
         if type_name:
@@ -86,7 +89,8 @@ def batching_message():
 
 
 def batching_text(target: str, overrides: Optional[dict] = None) -> str:
-    """BatchingParameters text: the defaults for ``target`` plus ``overrides``."""
+    """BatchingParameters text: the defaults for ``target`` plus ``overrides``, refused
+    (PusherConfigError) where TF Serving would refuse to load the model with it."""
     from google.protobuf import text_format
 
     params = dict(BATCHING_DEFAULTS[target])
@@ -95,6 +99,9 @@ def batching_text(target: str, overrides: Optional[dict] = None) -> str:
         raise PusherConfigError(f"Unknown batching fields {sorted(unknown)}; known: "
                                 f"{sorted(BATCHING_FIELDS)}.")
     params.update(overrides or {})
+    problems = batching_problems(params)
+    if problems:
+        raise PusherConfigError("; ".join(problems) + ".")
     message = batching_message()()
     for key, value in params.items():
         if key == "pad_variable_length_inputs":
@@ -103,6 +110,8 @@ def batching_text(target: str, overrides: Optional[dict] = None) -> str:
             message.allowed_batch_sizes.extend(int(v) for v in value)
         elif key == "thread_pool_name":
             message.thread_pool_name.value = str(value)
+        elif key == "enable_large_batch_splitting":
+            message.enable_large_batch_splitting.value = bool(value)
         else:
             getattr(message, key).value = int(value)
     return text_format.MessageToString(message)
@@ -113,11 +122,15 @@ def monitoring_text() -> str:
 
 
 def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
-                 app: str = "tf-serving", server_base_path: str = SERVER_MOUNT) -> str:
+                 app: str = "tf-serving", server_base_path: str = SERVER_MOUNT,
+                 session: Optional[Session] = None) -> str:
     """Deployment + Service for tensorflow/serving, built as data and dumped with PyYAML.
 
     ``base_path`` is mounted at ``server_base_path``, where models.config points,
     by the volume its publisher names (a host path, or an object-store driver's).
+    ``session`` sets the server's thread pools and the container's CPU limit (default:
+    this host's usable cores): left to itself TF Serving sizes its pools by the
+    node's cores, not the container's limit.
     """
     import yaml
 
@@ -129,7 +142,9 @@ def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
             f"--batching_parameters_file={mount}/{BATCHING_FILE}",
             f"--monitoring_config_file={mount}/{MONITORING_FILE}"]
     args += sorted(set(flags) & set(SERVER_FLAGS))
-    limits = {"cpu": "4", "memory": "8Gi"}
+    session = session or Session(usable_cores(), usable_cores(), usable_cores())
+    args += session.flags()
+    limits = {"cpu": str(session.cores), "memory": "8Gi"}
     if target == "gpu":
         limits["nvidia.com/gpu"] = 1
     deployment = {
@@ -169,7 +184,8 @@ def server_flags(base_path: str) -> List[str]:
 
 
 def write_configs(base_path: str, target: str, batching_overrides: Optional[dict] = None,
-                  server_base_path: str = SERVER_MOUNT) -> Dict[str, str]:
+                  server_base_path: str = SERVER_MOUNT,
+                  session: Optional[Session] = None) -> Dict[str, str]:
     """Rewrites the server configs. The manifest carries every flag a served version
     needs (from the models' states; each flag in SERVER_FLAGS is safe for models that
     do not need it), so a later push or a rollback never drops one.
@@ -179,12 +195,17 @@ def write_configs(base_path: str, target: str, batching_overrides: Optional[dict
     store by a conditional write recomputed when another push wrote first. Either
     way a push of another model running at the same time cannot leave its version
     out of models.config.
+
+    ``batching_overrides`` and ``session`` are the pushing model's (:mod:`tuning`):
+    one server, one batching file and one set of thread pools for every model under
+    the base path.
     """
     makers = {
         MODELS_CONFIG: lambda: models_config_text(base_path, server_base_path),
         BATCHING_FILE: lambda: batching_text(target, batching_overrides),
         MONITORING_FILE: monitoring_text,
         K8S_MANIFEST: lambda: k8s_manifest(base_path, target, server_flags(base_path),
-                                           server_base_path=server_base_path),
+                                           server_base_path=server_base_path,
+                                           session=session),
     }
     return publisher_for(base_path).write_files(base_path, makers)

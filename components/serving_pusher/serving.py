@@ -29,7 +29,8 @@ model's identity), ``checks`` (fresh-process load, contract, TFLite, target),
 ``warmup``, ``publisher`` (one per storage kind: ``publish`` on local disk,
 ``object_store_publisher`` on s3), ``state`` (state, versions, labels),
 ``server_config`` (models.config, batching,
-monitoring, manifest); this module's ``push_model`` (what the executor and
+monitoring, manifest), ``tuning`` (session threads and batching from the target's
+cores and the model's measured latency); this module's ``push_model`` (what the executor and
 ``tfx-bridge push`` call), ``push`` and ``rollback`` run them.
 """
 from __future__ import annotations
@@ -78,6 +79,7 @@ from tfx_bridge.components.serving_pusher.state import (
     update_state,
     versions,
 )
+from tfx_bridge.components.serving_pusher.tuning import Session, Tuning, tune
 from tfx_bridge.components.serving_pusher.warmup import (
     synthesize_feeds,
     write_warmup,
@@ -128,7 +130,8 @@ def push_model(config: PusherConfig, model_dir: str, saved_model_dir: Optional[s
     ``mark`` and ``imported_mark`` are ``blessed`` properties set on those
     artifacts by anything else; ``other_gates`` maps other components' gate names
     to their ``blessed`` (None: not supplied). The result, with the blessings, is
-    written to ``report_dir``/push.json when given.
+    written to ``report_dir``/push.json when given. The server's threads and batching
+    follow the latencies in ``model_dir``'s report (:mod:`tuning`).
     """
     if imported_model_dir is not None and not fs.isdir(imported_model_dir):
         # Read as "no verdict" it would fail the gate closed with a reason that hides
@@ -145,7 +148,8 @@ def push_model(config: PusherConfig, model_dir: str, saved_model_dir: Optional[s
         saved_model_dir = resolve_saved_model(model_dir, check_entries=False)
     result = push(saved_model_dir, config, requires_gpu=facts.requires_gpu,
                   serving_flags=flags, examples_dir=examples_dir, blessings=blessings,
-                  lock_timeout_s=lock_timeout_s, identity=gates.identity(imported, flags))
+                  lock_timeout_s=lock_timeout_s, identity=gates.identity(imported, flags),
+                  tuning=tune(config, model_dir))
     result.details = {"blessings": blessings, **result.details}
     if report_dir is not None:
         fs.write_text(fs.join(report_dir, PUSH_REPORT),
@@ -157,14 +161,15 @@ def push(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = False,
          serving_flags: Sequence[str] = (), examples_dir: Optional[str] = None,
          blessings: Optional[Dict[str, Optional[int]]] = None,
          lock_timeout_s: float = PusherConfig.LOCK_TIMEOUT_S,
-         identity: Optional[str] = None) -> PushResult:
+         identity: Optional[str] = None, tuning: Optional[Tuning] = None) -> PushResult:
     """:func:`push_local` for a model folder that may be a URI (an artifact under
     an ``s3://`` or ``gs://`` pipeline root): it is copied to a local folder
     first, so the checks, the fresh-process load and the copy see the same bytes.
     ``config.base_path`` may be ``s3://`` (see :mod:`object_store_publisher` for how a push is
     made safe there). The arguments are :func:`push_local`'s.
     """
-    args = (requires_gpu, serving_flags, examples_dir, blessings, lock_timeout_s, identity)
+    args = (requires_gpu, serving_flags, examples_dir, blessings, lock_timeout_s, identity,
+            tuning)
     if not fs.is_remote(saved_model_dir):
         return push_local(saved_model_dir, config, *args)
     # push_local checks this too; here it comes before the model is copied down.
@@ -179,7 +184,7 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
                serving_flags: Sequence[str] = (), examples_dir: Optional[str] = None,
                blessings: Optional[Dict[str, Optional[int]]] = None,
                lock_timeout_s: float = PusherConfig.LOCK_TIMEOUT_S,
-               identity: Optional[str] = None) -> PushResult:
+               identity: Optional[str] = None, tuning: Optional[Tuning] = None) -> PushResult:
     """Gate, check, warm up, publish atomically, then write configs and retain.
 
     ``config`` is the component's one :class:`PusherConfig` (where, which label,
@@ -190,13 +195,15 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
     the reason, not an exception.
     ``identity`` names the model for the "nothing new" check (a pipeline passes
     the importer's source digest with the optimizer's backend and flags); by
-    default the SavedModel's bytes decide.
+    default the SavedModel's bytes decide. ``tuning`` is what the server runs with
+    (default: no latency measured, :func:`tuning.tune`).
     """
     import tempfile
 
     base_path, model_name, label, target = (config.base_path, config.model_name, config.label,
                                             config.target)
-    batching_overrides, server_base_path = config.batching_parameters, config.server_base_path
+    tuning = tuning or tune(config)
+    server_base_path = config.server_base_path
     check_base_path(base_path)
     publisher_for(base_path).check_model_root(child(base_path, model_name))
     if not fs.isfile(fs.join(saved_model_dir, "saved_model.pb")):
@@ -204,7 +211,7 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
     # Every argument and the base path's state are checked before anything is published:
     # a push either completes (version, state, labels, configs) or changes nothing.
     check_target(target, serving_flags)
-    batching_text(target, batching_overrides)
+    batching_text(target, tuning.batching)
     if examples_dir is not None and not fs.isdir(examples_dir):
         raise PusherConfigError(
             f"Examples folder {examples_dir} does not exist: give an Examples artifact folder "
@@ -235,7 +242,7 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
         same = state.labels.get(label)
         if same is not None and state.digests.get(str(same)) == digest and \
                 same in versions(model_root):
-            return _identical(base_path, model_name, same, label, target, batching_overrides,
+            return _identical(base_path, model_name, same, label, target, tuning,
                               server_base_path, lock_timeout_s)
         if served is not None and not config.allow_contract_change:
             problems = contract_changes(
@@ -259,10 +266,10 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
             published = publish_version(
                 saved_model_dir, base_path, model_name, warmup, label, digest,
                 keep_versions=config.keep_versions, target=target, serving_flags=serving_flags,
-                batching_overrides=batching_overrides, server_base_path=server_base_path,
-                lock_timeout_s=lock_timeout_s)
+                batching_overrides=tuning.batching, server_base_path=server_base_path,
+                lock_timeout_s=lock_timeout_s, tuning=tuning)
     except AlreadyPublished as e:
-        return _identical(base_path, model_name, e.version, label, target, batching_overrides,
+        return _identical(base_path, model_name, e.version, label, target, tuning,
                           server_base_path, lock_timeout_s)
     except PushRefused as e:
         return PushResult(False, None, None, str(e), {})
@@ -271,20 +278,36 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
                       f"pushed as version {version} ({label})",
                       {"warmup": {"records": count, **(replay or {})},
                        "removed_versions": published.removed, "configs": published.configs,
-                       "labels": published.labels})
+                       "labels": published.labels, "serving_config": tuning.record()})
 
 
 def _identical(base_path: str, model_name: str, version: int, label: str, target: str,
-               batching_overrides: Optional[dict], server_base_path: str,
-               lock_timeout_s: float) -> PushResult:
+               tuning: Tuning, server_base_path: str, lock_timeout_s: float) -> PushResult:
     """A rerun with nothing new (e.g. a re-blessed, unchanged model) adds no version,
-    but rewrites the configs, so an earlier interrupted push is repaired."""
+    but records the deployment and rewrites the configs, so an earlier interrupted
+    push is repaired and a re-measured model's tuning is served."""
     model_root = fs.join(base_path, model_name)
     with publisher_for(base_path).lock(model_root, lock_timeout_s):
-        write_configs(base_path, target, batching_overrides, server_base_path)
+        labels = update_state(model_root, _deployment(target, (), tuning)).labels
+        write_configs(base_path, target, tuning.batching, server_base_path, tuning.session)
     return PushResult(True, version, fs.join(model_root, str(version)),
                       f"identical to version {version} already served as {label}; "
-                      "no new version", {"labels": State.load(model_root).labels})
+                      "no new version", {"labels": labels,
+                                         "serving_config": tuning.record()})
+
+
+def _deployment(target: str, serving_flags: Sequence[str], tuning: Optional[Tuning],
+                batching: Optional[dict] = None):
+    """The state change recording what the model is served with."""
+    def change(state: State) -> None:
+        # The flags stay recorded while any version may be served (a rollback to it).
+        state.server_flags = sorted(set(state.server_flags)
+                                    | (set(serving_flags) & set(SERVER_FLAGS)))
+        state.target = target
+        state.batching = tuning.batching if tuning else batching
+        state.session = tuning.session.to_dict() if tuning else None
+        state.tuning = tuning.record() if tuning else None
+    return change
 
 
 @dataclasses.dataclass
@@ -301,12 +324,15 @@ def publish_version(saved_model_dir: str, base_path: str, model_name: str,
                     target: str = "cpu", serving_flags: Sequence[str] = (),
                     batching_overrides: Optional[dict] = None,
                     server_base_path: str = SERVER_MOUNT,
-                    lock_timeout_s: float = PusherConfig.LOCK_TIMEOUT_S) -> Published:
+                    lock_timeout_s: float = PusherConfig.LOCK_TIMEOUT_S,
+                    tuning: Optional[Tuning] = None) -> Published:
     """The publishing half of a push, once every check passed: removes what dead
     pushes left, publishes the next version (atomic on disk, ordered and
     conditional on object stores), applies retention, records the deployment and
     rewrites the server configs. A kill at any point leaves no version a server
-    would load half-written and no number reused."""
+    would load half-written and no number reused. ``tuning`` (its batching and
+    session) is recorded and served; without it ``batching_overrides`` over the
+    target's defaults, on this host's cores."""
     if keep_versions < 1:
         raise PusherConfigError(f"keep_versions must be >= 1, got {keep_versions}.")
     model_root = fs.join(base_path, model_name)
@@ -317,15 +343,10 @@ def publish_version(saved_model_dir: str, base_path: str, model_name: str,
                                 digest, lock_timeout_s)
     with publisher.lock(model_root, lock_timeout_s):
         removed = publisher.apply_retention(model_root, keep_versions)
-
-        def deployment(state: State) -> None:
-            # The flags stay recorded while any version may be served (a rollback to it).
-            state.server_flags = sorted(set(state.server_flags)
-                                        | (set(serving_flags) & set(SERVER_FLAGS)))
-            state.target, state.batching = target, batching_overrides
-
-        labels = update_state(model_root, deployment).labels
-        configs = write_configs(base_path, target, batching_overrides, server_base_path)
+        labels = update_state(model_root, _deployment(target, serving_flags, tuning,
+                                                      batching_overrides)).labels
+        configs = write_configs(base_path, target, batching_overrides, server_base_path,
+                                tuning.session if tuning else None)
     return Published(version, removed, configs, labels)
 
 
@@ -339,8 +360,8 @@ def rollback(base_path: str, model_name: str, to_version: int,
              target: Optional[str] = None, server_base_path: str = SERVER_MOUNT) -> dict:
     """Moves the ``stable`` label to ``to_version`` and rewrites the configs.
 
-    The deployment stays as the model was pushed for (target, batching, server
-    flags) unless ``target`` says otherwise. A mistyped model name or base path
+    The deployment stays as the model was pushed for (target, batching, session
+    threads, server flags) unless ``target`` says otherwise. A mistyped model name or base path
     writes nothing.
     """
     check_base_path(base_path)
@@ -355,5 +376,6 @@ def rollback(base_path: str, model_name: str, to_version: int,
     check_target(target)
     set_label(base_path, model_name, "stable", to_version)
     with publisher_for(base_path).lock(model_root):
-        write_configs(base_path, target, state.batching, server_base_path)
+        write_configs(base_path, target, state.batching, server_base_path,
+                      Session.from_dict(state.session))
     return State.load(model_root).labels

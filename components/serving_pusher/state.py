@@ -39,12 +39,16 @@ class State:
     last_version: int = 0
     digests: Dict[str, str] = dataclasses.field(default_factory=dict)
     server_flags: List[str] = dataclasses.field(default_factory=list)
-    # The deployment the model was last pushed for: a rollback keeps it.
+    # The deployment the model was last pushed for: a rollback keeps it. ``batching``
+    # holds every BatchingParameters value written, ``session`` the server's thread
+    # pools (tuning.Session), ``tuning`` where each value came from (tuning.Tuning.record).
     target: Optional[str] = None
     batching: Optional[dict] = None
     # Versions retention is removing (object stores, where removal is not one step):
     # never labeled again, and removed again by the next push if a removal died.
     retired: List[int] = dataclasses.field(default_factory=list)
+    session: Optional[dict] = None
+    tuning: Optional[dict] = None
 
     @classmethod
     def parse(cls, data: Optional[bytes], model_root: str) -> State:
@@ -63,7 +67,8 @@ class State:
                         {str(k): str(v) for k, v in doc.get("digests", {}).items()},
                         sorted(str(f) for f in doc.get("server_flags", [])),
                         doc.get("target"), doc.get("batching"),
-                        sorted(int(v) for v in doc.get("retired", [])))
+                        sorted(int(v) for v in doc.get("retired", [])),
+                        doc.get("session"), doc.get("tuning"))
         except (ValueError, TypeError, AttributeError) as e:
             raise PusherConfigError(f"{path} is not a valid push state ({e}). {repair}") from e
         present = set(versions(model_root))
@@ -90,7 +95,8 @@ class State:
         return json.dumps({"labels": self.labels, "last_version": self.last_version,
                            "digests": self.digests, "server_flags": self.server_flags,
                            "target": self.target, "batching": self.batching,
-                           "retired": self.retired}, indent=2, sort_keys=True).encode()
+                           "retired": self.retired, "session": self.session,
+                           "tuning": self.tuning}, indent=2, sort_keys=True).encode()
 
 
 def update_state(model_root: str, change: Callable[[State], None]) -> State:
