@@ -71,6 +71,17 @@ def _positive(value: Any) -> Optional[float]:
     return value if math.isfinite(value) and value > 0 else None
 
 
+def _kept_latency(report: dict) -> list:
+    """The latency entries of the candidate the optimizer kept ([] when none is named)."""
+    candidates = report.get(REPORT_CANDIDATES)
+    for candidate in candidates if isinstance(candidates, list) else []:
+        if isinstance(candidate, dict) and candidate.get("name") == report.get(
+                REPORT_CANDIDATE):
+            latency = candidate.get("latency")
+            return latency if isinstance(latency, list) else []
+    return []
+
+
 def read_latency(model_dir: Optional[str]) -> Tuple[List[LatencyPoint], Optional[dict],
                                                     List[str]]:
     """(points sorted by batch, where they came from, notes) from the optimizer's
@@ -81,20 +92,16 @@ def read_latency(model_dir: Optional[str]) -> Tuple[List[LatencyPoint], Optional
     try:
         if not fs.exists(path):
             return [], None, [f"{path} does not exist: no latency measured"]
-        report = limits.read_json(path, PusherConfigError, "", MAX_REPORT_BYTES)
+        report = limits.read_json(path, PusherConfigError, "Re-run the optimizer that "
+                                  "wrote it.", MAX_REPORT_BYTES)
     except (ValueError, OSError) as e:  # BridgeErrors are ValueErrors
         return [], None, [f"{path} could not be read ({str(e)[:200]}): no latency used"]
     if not isinstance(report, dict):
         return [], None, [f"{path} holds a {type(report).__name__}, not an object: "
                           "no latency used"]
-    chosen = report.get(REPORT_CANDIDATE)
-    entries = [c for c in report.get(REPORT_CANDIDATES) or []
-               if isinstance(c, dict) and c.get("name") == chosen] \
-        if isinstance(report.get(REPORT_CANDIDATES), list) else []
     notes: List[str] = []
-    raw = entries[0].get("latency") if entries else None
     points: Dict[int, LatencyPoint] = {}
-    for item in raw if isinstance(raw, list) else []:
+    for item in _kept_latency(report):
         batch = item.get("batch") if isinstance(item, dict) else None
         p50 = _positive(item.get("p50_ms")) if isinstance(item, dict) else None
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1 or p50 is None:
@@ -102,7 +109,8 @@ def read_latency(model_dir: Optional[str]) -> Tuple[List[LatencyPoint], Optional
                          ">= 1 and a positive p50_ms)")
             continue
         points[batch] = LatencyPoint(batch, p50, _positive(item.get("p99_ms")))
-    source = {"report": path, "candidate": chosen, "figures": "p50_ms and p99_ms"}
+    source = {"report": path, "candidate": report.get(REPORT_CANDIDATE),
+              "figures": "p50_ms and p99_ms"}
     if not points and isinstance(report.get(REPORT_P50_AFTER), dict):
         # Older reports, or a kept candidate missing from the list: p50 only.
         for key, value in report[REPORT_P50_AFTER].items():
