@@ -6,10 +6,12 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import sys
 import time
 import warnings
+from typing import Callable
 
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage import fs
@@ -71,6 +73,34 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be at least 1")
     return value
+
+
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high], refused while parsing."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is not between {low} and {high}")
+        return value
+    return parse
+
+
+def number_between(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number in [low, high] (nan and inf refused while
+    parsing, not later by a comparison that nan passes)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number between "
+                                             f"{low:g} and {high:g}")
+        return value
+    return parse
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any, Dict
 
@@ -12,8 +13,9 @@ from tfx_bridge.cli.common import (
     LIBRARY_LOG,
     Progress,
     add_common,
+    int_between,
     library_logs,
-    positive_int,
+    number_between,
     shown,
 )
 from tfx_bridge.storage import fs, staging
@@ -102,7 +104,7 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
     # The settings and the model are checked before the TensorRT probe (seconds).
     config = OptimizerConfig(  # the component's one config, checked the same way
         precision=args.precision, atol=args.atol, topk_threshold=args.topk_threshold,
-        iterations=args.iterations,
+        iterations=args.iterations, time_budget_s=args.time_budget,
         candidates=tuple(args.candidates.split(",")) if args.candidates else None)
     resolve_saved_model(args.model)
     progress = Progress(3, enabled=not args.quiet)
@@ -134,7 +136,13 @@ def add_parser(sub) -> None:
     """The import-model and optimize verbs."""
     from tfx_bridge.components.pytorch_model_importer import to_tf
     from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
-    from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
+    from tfx_bridge.components.trt_optimizer.config import (
+        MAX_ITERATIONS,
+        MAX_TIME_BUDGET_S,
+        MIN_ITERATIONS,
+        MIN_TIME_BUDGET_S,
+        OptimizerConfig,
+    )
     from tfx_bridge.components.trt_optimizer.results import PRECISIONS
 
     importer = ImporterConfig()  # the defaults, from the component's one config
@@ -180,11 +188,18 @@ def add_parser(sub) -> None:
     opt.add_argument("--precision", default=defaults.precision, choices=list(PRECISIONS))
     opt.add_argument("--examples", default=None,
                      help="Examples folder for representative and held-out inputs")
-    opt.add_argument("--atol", type=float, default=defaults.atol)
-    opt.add_argument("--topk-threshold", type=float, default=defaults.topk_threshold,
+    opt.add_argument("--atol", type=number_between(0.0, math.inf), default=defaults.atol)
+    opt.add_argument("--topk-threshold", type=number_between(1e-9, 1.0),
+                     default=defaults.topk_threshold,
                      help="minimum top-k index agreement for integer outputs (1.0 = exact)")
-    opt.add_argument("--iterations", type=positive_int, default=defaults.iterations,
-                     help="timed calls per batch size")
+    opt.add_argument("--iterations", type=int_between(MIN_ITERATIONS, MAX_ITERATIONS),
+                     default=defaults.iterations,
+                     help="the most timed calls per candidate and batch size")
+    opt.add_argument("--time-budget", type=number_between(MIN_TIME_BUDGET_S,
+                                                          MAX_TIME_BUDGET_S),
+                     default=defaults.time_budget_s, metavar="SECONDS",
+                     help="seconds the measuring phase aims to take, every candidate and "
+                          "batch size together; calls and rounds are sized to fit it")
     opt.add_argument("--candidates", default=None,
                      help="CPU candidates to try, comma-separated, of xla-cpu,xla-frozen,"
                           "frozen,tflite (default: frozen, the ones stock TF Serving serves "

@@ -14,6 +14,7 @@ from tfx_bridge.cli.common import (
     Progress,
     UsageError,
     add_common,
+    int_between,
     library_logs,
     positive_int,
     shown,
@@ -261,9 +262,12 @@ def _add_lock_timeout(p: argparse.ArgumentParser) -> None:
 
 
 def _add_optimizer_iterations(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--optimizer-iterations", type=positive_int,
+    from tfx_bridge.components.trt_optimizer.config import MAX_ITERATIONS, MIN_ITERATIONS
+
+    p.add_argument("--optimizer-iterations", type=int_between(MIN_ITERATIONS, MAX_ITERATIONS),
                    default=DEFAULTS.optimizer_iterations,
-                   help="TrtOptimizer's timed calls per candidate and batch size")
+                   help="TrtOptimizer's most timed calls per candidate and batch size (its "
+                        "time budget sizes them within that)")
 
 
 def add_parser(sub) -> None:

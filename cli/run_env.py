@@ -31,10 +31,7 @@ def print_run_summary(result: Dict[str, Any]) -> None:
     error_text = "not measured" if error is None else format(error, ".3g")
     print(f"Conversion: max abs error {error_text} "
           f"({'equivalent' if result['conversion']['blessed'] == 1 else 'NOT equivalent'})")
-    opt = result["optimizer"]
-    print(f"Optimizer: backend {opt['backend']}, p50 {opt['latency_p50_ms_before']:.3f} ms -> "
-          f"{opt['latency_p50_ms_after']:.3f} ms (largest batch)"
-          + (f", needs {opt['serving_flags']}" if opt["serving_flags"] else ""))
+    print(optimizer_line(result["optimizer"]))
     if result["pushed"]:
         print(f"Pushed: version {result['pushed_version']} at {result['pushed_path']}"
               + ("" if result["new_push"] else " (unchanged: no new version)"))
@@ -45,6 +42,23 @@ def print_run_summary(result: Dict[str, Any]) -> None:
     else:
         print(f"Not pushed: {result['push_reason']}")
     print(f"Served versions: {result['served_versions']}")
+
+
+def optimizer_line(opt: Dict[str, Any]) -> str:
+    """The optimizer's summary line: never a slower "after" shown as a result. When the
+    original is kept it says so, with the reason (the figures the choice refused);
+    otherwise before -> after are the same run's interleaved medians."""
+    decision = opt.get("decision")
+    before, after = opt["latency_p50_ms_before"], opt["latency_p50_ms_after"]
+    if opt["backend"] == "original":
+        reason = decision or "kept the original"
+        figure = "" if before is None else f"; p50 {before:.3f} ms (largest batch)"
+        return f"Optimizer: {reason}{figure}"
+    line = (f"Optimizer: backend {opt['backend']}, p50 {before:.3f} ms -> {after:.3f} ms "
+            "(largest batch, same-run interleaved medians)")
+    if decision:
+        line += f"; {decision}"
+    return line + (f"; needs {opt['serving_flags']}" if opt["serving_flags"] else "")
 
 
 @contextlib.contextmanager

@@ -3,9 +3,10 @@ process, engines built for the measured batch sizes)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 from tfx_bridge import child, envvars
 from tfx_bridge.artifacts.savedmodel import (
@@ -102,27 +103,45 @@ def build_cpu_candidate(name: str, loaded, out_dir: str) -> Built:
     return Built(flags)
 
 
-CPU_CANDIDATES = ("xla-cpu", "xla-frozen", "frozen", "tflite")
+@dataclasses.dataclass(frozen=True)
+class CpuCandidate:
+    """One CPU candidate: ``build(source folder, loaded SavedModel, output folder) ->
+    Built``, the ``backend`` property a kept build records, and the experimental TF
+    Serving flag it needs (None: stock TF Serving serves it as is, so it is tried by
+    default)."""
+
+    build: Callable[[str, object, str], Built]
+    backend: str
+    flag: Optional[str] = None
+
+
+def _saved(name: str) -> Callable[[str, object, str], Built]:
+    return lambda source, loaded, out: build_cpu_candidate(name, loaded, out)
+
+
+# Every CPU candidate, in the order tried: a new one (a layout or folding pass) is one
+# entry here; the config's checks, the defaults and the report follow from it.
+CPU_REGISTRY: Dict[str, CpuCandidate] = {
+    "xla-cpu": CpuCandidate(_saved("xla-cpu"), "xla-cpu", XLA_FLAG),
+    "xla-frozen": CpuCandidate(_saved("xla-frozen"), "xla-cpu", XLA_FLAG),
+    "frozen": CpuCandidate(_saved("frozen"), "grappler-cpu"),
+    "tflite": CpuCandidate(lambda source, loaded, out: tflite.build(source, out),
+                           "tflite-cpu", TFLITE_FLAG),
+}
+CPU_CANDIDATES = tuple(CPU_REGISTRY)
 # The experimental TF Serving flag each candidate needs (None: none).
-CANDIDATE_FLAG = {"xla-cpu": XLA_FLAG, "xla-frozen": XLA_FLAG, "frozen": None,
-                  "tflite": TFLITE_FLAG}
+CANDIDATE_FLAG = {n: c.flag for n, c in CPU_REGISTRY.items()}
 # Tried unless ``candidates`` says otherwise: what stock TF Serving serves as is.
-DEFAULT_CPU_CANDIDATES = tuple(n for n in CPU_CANDIDATES if CANDIDATE_FLAG[n] is None)
-BACKEND = {"xla-cpu": "xla-cpu", "xla-frozen": "xla-cpu", "frozen": "grappler-cpu",
-            "tflite": "tflite-cpu"}
+DEFAULT_CPU_CANDIDATES = tuple(n for n, c in CPU_REGISTRY.items() if c.flag is None)
+BACKEND = {n: c.backend for n, c in CPU_REGISTRY.items()}
 # What the ``backend`` property can say on a host without TensorRT.
 CPU_BACKENDS = (BACKEND_ORIGINAL, *sorted(set(BACKEND.values())))
-# Every CPU candidate's builder: (source folder, loaded SavedModel, output folder) -> Built.
-CPU_BUILDERS: Dict[str, Callable[[str, object, str], Built]] = {
-    **{n: (lambda source, loaded, out, n=n: build_cpu_candidate(n, loaded, out))
-       for n in ("xla-cpu", "xla-frozen", "frozen")},
-    "tflite": lambda source, loaded, out: tflite.build(source, out),
-}
 
 
 def cpu_builders(names: Sequence[str], source: str) -> Dict[str, Callable[[object, str], Built]]:
     """``builder(loaded, out_dir) -> Built`` for each candidate of ``names``, in order."""
-    return {n: (lambda loaded, out, n=n: CPU_BUILDERS[n](source, loaded, out)) for n in names}
+    return {n: (lambda loaded, out, n=n: CPU_REGISTRY[n].build(source, loaded, out))
+            for n in names}
 
 
 # --------------------------------------------------------------------------- TensorRT

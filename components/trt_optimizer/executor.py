@@ -21,6 +21,7 @@ from tfx_bridge.components.trt_optimizer.spec import (
     BACKEND_PROPERTY,
     BLESSED_PROPERTY,
     CONFIG_KEY,
+    DECISION_PROPERTY,
     EXAMPLES_KEY,
     LATENCY_AFTER_PROPERTY,
     LATENCY_BEFORE_PROPERTY,
@@ -56,9 +57,11 @@ class Executor(base_executor.BaseExecutor):
         largest = f"p50_ms_batch_{max(report['batches'])}"
         properties.set_float(out, LATENCY_BEFORE_PROPERTY, report["latency_before_ms"][largest])
         properties.set_float(out, LATENCY_AFTER_PROPERTY, report["latency_after_ms"][largest])
+        out.set_string_custom_property(DECISION_PROPERTY, report["decision"]["reason"])
         out.set_string_custom_property(artifact_utils.ARTIFACT_TFX_VERSION_CUSTOM_PROPERTY_KEY,
                                        tfx_version.__version__)
-        logging.info("TrtOptimizer: backend %s, blessed %s", result.backend, result.blessed)
+        logging.info("TrtOptimizer: backend %s, blessed %s; %s", result.backend, result.blessed,
+                     report["decision"]["reason"])
         if not result.blessed and config.fail_on_drift:
             raise Drifted(
                 f"The {result.backend} model drifted from the original (report: "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -20,6 +20,10 @@ from tfx_bridge.components.trt_optimizer.results import (
     Latency,
 )
 
+Clock = Callable[[], float]
+TARGET_ROUNDS = 15  # rounds per batch size when the budget allows
+WARMUP_SHARE = 0.1  # of the budget, at most, spent warming up and calibrating
+
 
 def measure(fn: Callable, feeds: Dict, iterations: int, warmup: int = 10) -> Latency:
     """p50/p99 of wall time per call, after warm-up (XLA compiles in the warm-up)."""
@@ -27,28 +31,136 @@ def measure(fn: Callable, feeds: Dict, iterations: int, warmup: int = 10) -> Lat
 
 
 def measure_interleaved(calls: Dict[str, tuple], iterations: int, rounds: int = 10,
-                        warmup: int = 10) -> Dict[str, Latency]:
+                        warmup: int = 10, clock: Clock = time.perf_counter
+                        ) -> Dict[str, Latency]:
     """``measure`` for several ``name: (fn, feeds)`` at once, in interleaved rounds, so
     a noisy moment on a shared host lands on every candidate, not on one."""
-    times: Dict[str, List[float]] = {name: [] for name in calls}
     for fn, feeds in calls.values():
         for _ in range(warmup):
             fn(**feeds)
-    per_round = max(1, iterations // rounds)
+    return measure_rounds(calls, rounds, max(1, iterations // rounds), clock)
+
+
+def measure_rounds(calls: Dict[str, tuple], rounds: int, per_round: int,
+                   clock: Clock = time.perf_counter) -> Dict[str, Latency]:
+    """``rounds`` rounds of ``per_round`` timed calls of each ``name: (fn, feeds)``, the
+    order rotated each round; every round's median is kept for the paired choice."""
+    times: Dict[str, List[float]] = {name: [] for name in calls}
+    medians: Dict[str, List[float]] = {name: [] for name in calls}
     order = list(calls)
     for r in range(rounds):
         for name in order[r % len(order):] + order[:r % len(order)]:
             fn, feeds = calls[name]
+            this_round = []
             for _ in range(per_round):
-                start = time.perf_counter()
+                start = clock()
                 fn(**feeds)
-                times[name].append(time.perf_counter() - start)
+                this_round.append(clock() - start)
+            times[name] += this_round
+            medians[name].append(float(np.median(this_round)) * 1e3)
     out = {}
     for name, (_, feeds) in calls.items():
-        batch = int(next(iter(feeds.values())).shape[0])
-        out[name] = Latency(batch, float(np.percentile(times[name], 50) * 1e3),
-                            float(np.percentile(times[name], 99) * 1e3))
+        out[name] = Latency(_batch(feeds), float(np.percentile(times[name], 50) * 1e3),
+                            float(np.percentile(times[name], 99) * 1e3), medians[name],
+                            len(times[name]))
     return out
+
+
+def _batch(feeds: Dict) -> int:
+    return int(next(iter(feeds.values())).shape[0])
+
+
+def calibrate(fn: Callable, feeds: Dict, seconds: float, most: int = 10,
+              clock: Clock = time.perf_counter) -> float:
+    """Seconds one call takes once warm: the first call (tracing, Grappler, XLA) is a
+    warm-up and says nothing of the next (Grappler on a ResNet-50 makes it 10x a
+    call); then up to ``most`` timed calls, only one once ``seconds`` are spent,
+    and their median."""
+    fn(**feeds)
+    timed: List[float] = []
+    while len(timed) < max(1, most) and (not timed or sum(timed) < seconds):
+        start = clock()
+        fn(**feeds)
+        timed.append(clock() - start)
+    return float(np.median(timed))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How one batch size is timed: ``rounds`` rounds of ``per_round`` calls each."""
+
+    rounds: int
+    per_round: int
+
+    @property
+    def calls(self) -> int:
+        return self.rounds * self.per_round
+
+
+def plan_rounds(round_s: Dict[int, float], budget_s: float, iterations: int,
+                min_rounds: int, target_rounds: int = TARGET_ROUNDS) -> Dict[int, Plan]:
+    """Rounds and calls per round for each batch size, from ``round_s``: the seconds
+    one call of every servable takes at that batch size (one round of one call).
+
+    The budget is shared between batch sizes, the cheapest first, so what one leaves
+    goes to the others. Each gets ``target_rounds`` rounds (at most ``iterations``)
+    of as many calls as fit, at most ``iterations`` calls per servable in all; when
+    one call per round does not fit, fewer rounds, never fewer than ``min_rounds``
+    (the choice needs them), so a slow model may take ``min_rounds`` x its round time
+    whatever the budget.
+    """
+    rounds_cap = max(min_rounds, min(target_rounds, iterations))
+    per_round_cap = max(1, iterations // rounds_cap)
+    left, plans = budget_s, {}
+    order = sorted(round_s, key=lambda b: (round_s[b], b))
+    for i, b in enumerate(order):
+        share, cost = max(0.0, left) / (len(order) - i), max(round_s[b], 1e-9)
+        per_round = min(per_round_cap, max(1, int(share // (rounds_cap * cost))))
+        rounds = rounds_cap
+        if per_round == 1:
+            rounds = min(rounds_cap, max(min_rounds, int(share // cost)))
+        plans[b] = Plan(rounds, per_round)
+        left -= plans[b].calls * cost
+    return plans
+
+
+def measure_budgeted(calls: Dict[int, Dict[str, tuple]], budget_s: float, iterations: int,
+                     min_rounds: int, clock: Clock = time.perf_counter,
+                     refuse: Optional[Callable[[Dict[str, Latency]], Set[str]]] = None
+                     ) -> Tuple[Dict[int, Dict[str, Latency]], dict]:
+    """Times ``{batch: {name: (fn, feeds)}}`` within about ``budget_s`` seconds: each
+    servable is warmed up and calibrated at each batch size, rounds and calls are
+    planned from that (:func:`plan_rounds`), then the batch sizes are timed in
+    interleaved rounds, the smallest (cheapest, as a rule) first.
+
+    ``refuse(latencies of one batch size) -> names`` drops the servables it names
+    from the larger batch sizes (a candidate the choice already refused needs no
+    more time). When one servable is left of several, it is timed for the record
+    only: one round. Returns the latencies (a dropped servable lacks the batch sizes
+    after its refusal) and what was planned and spent.
+    """
+    start = clock()
+    pairs = sum(len(c) for c in calls.values())
+    warm_s = budget_s * WARMUP_SHARE / max(1, pairs)
+    round_s = {b: sum(calibrate(fn, feeds, warm_s, clock=clock) for fn, feeds in c.values())
+               for b, c in calls.items()}
+    calibration_s = clock() - start
+    plans = plan_rounds(round_s, budget_s - calibration_s, iterations, min_rounds)
+    timed, dropped = {}, set()
+    for b in sorted(calls):
+        active = {n: c for n, c in calls[b].items() if n not in dropped}
+        if len(active) == 1 < len(calls[b]):
+            plans[b] = Plan(1, plans[b].per_round)
+        timed[b] = measure_rounds(active, plans[b].rounds, plans[b].per_round, clock)
+        if refuse is not None:
+            dropped |= set(refuse(timed[b]))
+    spent = clock() - start
+    info = {"budget_s": budget_s, "seconds": round(spent, 3),
+            "calibration_s": round(calibration_s, 3),
+            "plan": {str(b): {"rounds": plans[b].rounds, "calls_per_round": plans[b].per_round,
+                              "call_s": round(round_s[b], 6), "timed": sorted(timed[b])}
+                     for b in sorted(calls)}}
+    return {b: timed[b] for b in sorted(timed)}, info
 
 
 def _topk_agreement(ref: np.ndarray, got: np.ndarray) -> float:

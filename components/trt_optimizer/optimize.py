@@ -3,8 +3,11 @@
 No TFX imports. With TensorRT and a GPU (probed in a subprocess, see
 ``detect``): TF-TRT in a child process, engines built ahead, validated with
 native-segment fallback disabled. Without (CPU hosts, CI): candidates are
-built, measured side by side and drift-checked, and the fastest that passes
-is kept, or the original when nothing wins:
+built and drift-checked, those that pass are timed against the original in
+interleaved rounds sized to the config's time budget, with TF Serving's CPU
+kernels (``measure_worker``), and one replaces the original only when it is
+at least 5% faster at every batch size beyond the rounds' spread (``decide``);
+otherwise the original is kept and the report says why:
 
   original     the SavedModel as imported
   xla-cpu      serving_default compiled with XLA (jit_compile)
@@ -21,8 +24,7 @@ Both that flag and --prefer_tflite_model are marked "EXPERIMENTAL; CAN BE
 REMOVED ANYTIME!" in TF Serving and apply server-wide. So by default only the
 candidates stock TF Serving serves without experimental flags are tried
 (``frozen``); ``xla-cpu``, ``xla-frozen`` and ``tflite`` are opt-in through
-``candidates``, and the report says what each flag costs. When nothing tried
-beats the original on this host the original is kept, and the report says so.
+``candidates``, and the report says what each flag costs.
 
 TF Serving serves ``model.tflite`` from a SavedModel folder only with
 --prefer_tflite_model=true (marked experimental in TF Serving), through its
@@ -44,9 +46,8 @@ import tempfile
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
-import numpy as np
-
 from tfx_bridge.artifacts.savedmodel import SERVING_SIGNATURE
+from tfx_bridge.components.trt_optimizer import decide, measure_worker
 from tfx_bridge.components.trt_optimizer.candidates import (
     BACKEND,
     DEFAULT_CPU_CANDIDATES,
@@ -65,7 +66,7 @@ from tfx_bridge.components.trt_optimizer.inputs import (
 from tfx_bridge.components.trt_optimizer.measure import (
     drift,
     load_servable,
-    measure_interleaved,
+    measure_budgeted,
     tf_servable,
 )
 from tfx_bridge.components.trt_optimizer.report import build_report, write_report
@@ -220,7 +221,7 @@ def optimize_local(model_path: str, output_dir: str, config: Optional[OptimizerC
                     f"({probe.why_not()}); use --precision fp32 on this host.")
             builders = cpu_builders(cpu_candidates, source)
         builders.update(extra_candidates or {})
-        folders, servables = {}, {base.name: original_servable}
+        folders, servables = {base.name: (source, [])}, {base.name: original_servable}
         for name, builder in builders.items():
             out = os.path.join(work, name)
             result = CandidateResult(name, BACKEND.get(name, name), [])
@@ -231,55 +232,56 @@ def optimize_local(model_path: str, output_dir: str, config: Optional[OptimizerC
                 for b in batches:
                     result.drift += drift(reference[b], candidate.outputs(held_out[b]), atol,
                                           rtol, topk_threshold)
-                folders[name], servables[name] = out, candidate
+                folders[name] = (out, result.serving_flags)
+                # A drifted CPU candidate is refused: no time spent on it. A TF-TRT build
+                # is timed either way (its report shows what failed validation cost).
+                if result.passed or probe.can_run_tensorrt:
+                    servables[name] = candidate
             except Exception as e:  # a candidate that does not build is reported, not fatal
                 result.error = short_message(e)
             results.append(result)
+        timing = _time(servables, {n: folders[n] for n in servables}, bench_feeds, config,
+                       in_child=not probe.can_run_tensorrt)
         by_name = {r.name: r for r in results}
-        for b in batches:
-            timed = measure_interleaved(
-                {name: (s.call, s.prepare(bench_feeds[b])) for name, s in servables.items()},
-                config.iterations)
-            for name, latency in timed.items():
-                by_name[name].latency.append(latency)
-
-        chosen = choose(results, trt=probe.can_run_tensorrt)
-        if chosen.name == "original":
-            shutil.copytree(source, serving_dir)
-        else:
-            shutil.copytree(folders[chosen.name], serving_dir)
+        for name, latencies in timing.pop("latency").items():
+            by_name[name].latency = latencies
+        decide.judge(results)
+        chosen, decision = decide.choose(results, trt=probe.can_run_tensorrt)
+        shutil.copytree(folders[chosen.name][0], serving_dir)
     blessed = chosen.passed
     if probe.can_run_tensorrt and chosen.name != BACKEND_TENSORRT:
         blessed = False  # TensorRT was asked for by the host and did not pass: say so
     report = build_report(results, chosen, probe, precision, batches, atol, rtol,
-                          topk_threshold, time.perf_counter() - start, blessed)
+                          topk_threshold, time.perf_counter() - start, blessed, decision,
+                          timing)
     write_report(output_dir, report, results)
     return OptimizeResult(blessed, chosen.backend, precision if chosen.backend ==
                           BACKEND_TENSORRT else "fp32", chosen.backend == BACKEND_TENSORRT,
                           chosen.serving_flags, report)
 
 
-def choose(results: List[CandidateResult], trt: bool) -> CandidateResult:
-    """The fastest candidate that passed drift (mean of p50 ratios over batches),
-    or the original when none is faster. On a TensorRT host the TRT build is
-    the candidate (it is validated, and failing it is reported, not hidden)."""
-    base = results[0]
-    if trt:
-        trt_result = next((r for r in results if r.backend == BACKEND_TENSORRT), None)
-        if trt_result is not None and trt_result.error is None:
-            return trt_result
-        return base
-    best, best_score = base, 1.0
-    for r in results[1:]:
-        if not r.passed:
-            continue
-        score = float(np.mean([c.p50_ms / o.p50_ms for c, o in
-                               zip(r.latency, base.latency, strict=True)]))
-        if score < best_score:
-            best, best_score = r, score
-    return best
+def _time(servables: Dict[str, object], folders: Dict[str, tuple], feeds: Dict[int, Dict],
+          config: OptimizerConfig, in_child: bool) -> dict:
+    """Latencies of the original and every candidate that passed drift, within the
+    config's time budget: on a CPU host in a child process that runs TF Serving's CPU
+    kernels (``measure_worker``), with TensorRT here (its engines need this
+    process's validation settings)."""
+    alpha = decide.candidate_alpha(len(servables) - 1)
+    rounds = decide.min_rounds(alpha)
+    if in_child:
+        # A candidate refused at the cheapest batch size is not timed at the costlier.
+        latency, info = measure_worker.time_in_child(
+            folders, feeds, config.time_budget_s, config.iterations, rounds,
+            timeout_s=max(600.0, 20 * config.time_budget_s),
+            refuse={"reference": BACKEND_ORIGINAL, "alpha": alpha, "margin": decide.MARGIN})
+    else:
+        calls = {b: {name: (s.call, s.prepare(f)) for name, s in servables.items()}
+                 for b, f in feeds.items()}
+        timed, info = measure_budgeted(calls, config.time_budget_s, config.iterations, rounds)
+        latency = {name: [timed[b][name] for b in sorted(timed)] for name in servables}
+    return {"latency": latency, **info}
 
 
-__all__ = ["optimize", "optimize_local", "choose"]
+__all__ = ["optimize", "optimize_local"]
 
 

@@ -13,6 +13,7 @@ from tfx_bridge.artifacts.savedmodel import (
     TFLITE_FLAG,
     XLA_FLAG,
 )
+from tfx_bridge.components.trt_optimizer import decide
 from tfx_bridge.components.trt_optimizer.candidates import (
     CANDIDATE_FLAG,
 )
@@ -29,31 +30,46 @@ from tfx_bridge.components.trt_optimizer.results import (
 
 
 def build_report(results, chosen, probe: Probe, precision, batches, atol, rtol, topk,
-                 seconds, blessed) -> dict:
+                 seconds, blessed, decision: str, timing: dict) -> dict:
+    """report.json's content. ``latency_before_ms`` / ``_after`` are the same run's
+    interleaved p50s of the original and the kept model (equal when the original is
+    kept); ``decision`` says which was kept and why, with the rule's figures."""
     base = results[0]
     before = {f"p50_ms_batch_{lat.batch}": round(lat.p50_ms, 4) for lat in base.latency}
     after = {f"p50_ms_batch_{lat.batch}": round(lat.p50_ms, 4) for lat in chosen.latency}
+    trt = chosen.backend == BACKEND_TENSORRT
     return {
         "blessed": blessed,
         "backend": chosen.backend,
         "candidate": chosen.name,
-        "precision": precision if chosen.backend == BACKEND_TENSORRT else "fp32",
-        "requires_gpu": chosen.backend == BACKEND_TENSORRT,
+        "precision": precision if trt else "fp32",
+        "requires_gpu": trt,
         "serving_flags": chosen.serving_flags,
-        "tensorrt": {"ran": chosen.backend == BACKEND_TENSORRT,
+        "tensorrt": {"ran": trt,
                      "available": probe.tensorrt, "gpus": probe.gpus,
                      "linked_version": probe.linked_version,
                      "why_not": probe.why_not() or None},
         "serving_notes": serving_notes(chosen.serving_flags)
-        + kept_original_notes(chosen, results, probe.can_run_tensorrt),
+        + kept_original_notes(chosen, results, probe.can_run_tensorrt, decision),
         "rewrites": chosen.notes,
         "latency_before_ms": before,
         "latency_after_ms": after,
+        "decision": {"kept": chosen.name, "reason": decision,
+                     "rule": None if probe.can_run_tensorrt else RULE,
+                     "margin": decide.MARGIN, "alpha": decide.ALPHA},
+        "timing": timing,
         "tolerance": {"atol": atol, "rtol": rtol, "topk_agreement": topk},
         "batches": list(batches),
         "seconds": round(seconds, 2),
         "candidates": [dataclasses.asdict(r) | {"passed": r.passed} for r in results],
     }
+
+
+RULE = (f"a candidate replaces the original only when, at every batch size, the sign "
+        f"test's {1 - decide.ALPHA:.0%} upper bound on the median of its per-round "
+        f"latency ratios (candidate / original, same round) is at most {decide.MARGIN} "
+        f"(at least {1 - decide.MARGIN:.0%} faster); alpha is shared among the candidates "
+        "timed")
 
 
 def serving_notes(flags: Sequence[str]) -> List[str]:
@@ -74,14 +90,14 @@ def serving_notes(flags: Sequence[str]) -> List[str]:
 
 
 def kept_original_notes(chosen: CandidateResult, results: List[CandidateResult],
-                        trt: bool) -> List[str]:
+                        trt: bool, decision: str) -> List[str]:
     """Says plainly when the kept model is the original, and why."""
     if trt or chosen.name != BACKEND_ORIGINAL:
         return []
     tried = [r.name for r in results[1:]]
     opt_in = sorted(n for n, flag in CANDIDATE_FLAG.items() if flag and n not in tried)
-    note = ("Kept the original SavedModel: nothing faster exists on this host among the "
-            f"candidates tried ({', '.join(tried) or 'none'}).")
+    note = (f"Kept the original SavedModel (candidates tried: {', '.join(tried) or 'none'}): "
+            f"{decision.removeprefix('kept the original: ')}.")
     if opt_in:
         note += (" Opt-in candidates that need experimental TF Serving flags: "
                  + ", ".join(f"{n} ({CANDIDATE_FLAG[n]})" for n in opt_in) + ".")
@@ -99,16 +115,33 @@ def write_report(output_dir: str, report: dict, results: List[CandidateResult]) 
         lines += [f"TensorRT did not run: {report['tensorrt']['why_not']}.", ""]
     notes = report["serving_notes"] + [f"Rewrite: {r}" for r in report["rewrites"]]
     lines += [f"- {note}" for note in notes] + ([""] if notes else [])
+    lines += [f"Decision: {report['decision']['reason']}.", ""]
+    timing = report["timing"]
+    plan = ", ".join(f"batch {b}: {p['rounds']} rounds x {p['calls_per_round']} calls"
+                     for b, p in timing["plan"].items())
+    lines += [f"Timing: {timing['seconds']:.1f} s of a {timing['budget_s']:g} s budget "
+              f"({plan}); oneDNN "
+              f"{'off, as stock TF Serving' if timing.get('onednn') == '0' else 'as set here'}.",
+              ""]
+    if report["decision"]["rule"]:
+        lines += [f"Rule: {report['decision']['rule']}.", ""]
     lines += ["| candidate | backend | " + " | ".join(
         f"p50 b{b} ms | p99 b{b} ms" for b in report["batches"]) + " | drift ok | note |",
         "|---|---|" + "---|---|" * len(report["batches"]) + "---|---|"]
     for r in results:
-        lat = " | ".join(f"{x.p50_ms:.3f} | {x.p99_ms:.3f}" for x in r.latency) or " | ".join(
-            ["-", "-"] * len(report["batches"]))
+        by_batch = {x.batch: x for x in r.latency}  # a refused candidate lacks later ones
+        lat = " | ".join(f"{by_batch[b].p50_ms:.3f} | {by_batch[b].p99_ms:.3f}"
+                         if b in by_batch else "- | -" for b in report["batches"])
         worst = max((d.max_abs for d in r.drift), default=0.0)
         note = r.error or (f"max abs {worst:.3g}" if r.drift else "")
         lines.append(f"| {r.name} | {r.backend} | {lat} | {'yes' if r.passed else 'NO'} | "
                      f"{note} |")
+    judged = [r for r in results if r.speedup]
+    if judged:
+        lines += ["", "| candidate | batch | ratio (median) | lowest | upper bound | rounds | "
+                  "result |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r.name} | {s.batch} | {s.ratio:.3f} | {s.low:.3f} | {s.bound:.3f} | "
+                  f"{s.rounds} | {s.refused or 'faster'} |" for r in judged for s in r.speedup]
     with open(os.path.join(output_dir, REPORT_MD), "w") as f:
         f.write("\n".join(lines) + "\n")
     _plot(os.path.join(output_dir, REPORT_PNG), results, report["batches"])
@@ -125,7 +158,8 @@ def _plot(path: str, results: List[CandidateResult], batches) -> None:
     width = 0.8 / max(1, len(batches))
     for i, b in enumerate(batches):
         xs = [j + i * width for j in range(len(shown))]
-        ax.bar(xs, [r.latency[i].p50_ms for r in shown], width, label=f"batch {b}")
+        p50 = [next((x.p50_ms for x in r.latency if x.batch == b), 0.0) for r in shown]
+        ax.bar(xs, p50, width, label=f"batch {b}")
     ax.set_xticks([j + width * (len(batches) - 1) / 2 for j in range(len(shown))])
     ax.set_xticklabels([r.name + ("" if r.passed else " (drift)") for r in shown], fontsize=8)
     ax.set_ylabel("p50 ms")

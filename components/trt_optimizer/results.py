@@ -19,7 +19,11 @@ PRECISIONS = ("fp32", "fp16", "int8")
 BACKEND_ORIGINAL = "original"
 BACKEND_TENSORRT = "tensorrt"
 DEFAULT_ATOL = 1e-4
-DEFAULT_ITERATIONS = 100  # timed calls per candidate and batch size
+DEFAULT_ITERATIONS = 100  # the most timed calls per candidate and batch size
+# Seconds the measuring phase aims to take, all candidates and batch sizes together
+# (calibration included); sized so a ResNet-50 at 224 on 2 cores is optimized in
+# about 3 minutes, candidates built and drift-checked (docs/BENCHMARKS.md).
+DEFAULT_TIME_BUDGET_S = 60.0
 DEFAULT_BATCHES = (1, 32)
 DEFAULT_OP_DENYLIST = ("TopKV2",)
 
@@ -35,9 +39,29 @@ class Built:
 
 @dataclasses.dataclass
 class Latency:
+    """Timed calls of one servable at one batch size: p50/p99 over every call, and the
+    median of each interleaved round (the figures the choice compares round by round)."""
+
     batch: int
     p50_ms: float
     p99_ms: float
+    rounds_ms: List[float] = dataclasses.field(default_factory=list)
+    calls: int = 0
+
+
+@dataclasses.dataclass
+class Speedup:
+    """A candidate against the original at one batch size, round by round: ``ratio``
+    is the median of the per-round ratios (candidate / original), ``low`` the
+    smallest, ``bound`` the one-sided upper confidence bound on that median
+    (``decide``); ``refused`` says which rule failed, None when it held."""
+
+    batch: int
+    ratio: float
+    low: float
+    bound: float
+    rounds: int
+    refused: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -60,6 +84,7 @@ class CandidateResult:
     drift: List[Drift] = dataclasses.field(default_factory=list)
     error: Optional[str] = None
     notes: List[str] = dataclasses.field(default_factory=list)  # rewrites applied
+    speedup: List[Speedup] = dataclasses.field(default_factory=list)
 
     @property
     def passed(self) -> bool:

@@ -19,6 +19,7 @@ REQUIRES_GPU_PROPERTY = properties.REQUIRES_GPU
 SERVING_FLAGS_PROPERTY = properties.SERVING_FLAGS
 LATENCY_BEFORE_PROPERTY = properties.LATENCY_BEFORE
 LATENCY_AFTER_PROPERTY = properties.LATENCY_AFTER
+DECISION_PROPERTY = "decision"  # which model was kept and why, with the rule's figures
 
 
 class TrtOptimizerSpec(component_spec.ComponentSpec):

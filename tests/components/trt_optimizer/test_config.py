@@ -17,10 +17,24 @@ def test_config_json_round_trip_equal_and_lists_become_tuples():
 
 def test_config_every_bad_setting_named_in_one_refusal():
     with pytest.raises(OptimizerConfigError, match=r"precision 'fp8'.*topk_threshold must be "
-                       r"in \(0, 1\], got 0.0.*iterations 3 is too few.*unknown candidates "
+                       r"in \(0, 1\], got 0.0.*iterations 3 is too few.*time_budget_s must be "
+                       r"between 1 and 3600 seconds, got 0.0.*unknown candidates "
                        r"\['tvm'\].*workspace_bytes must be >= 1"):
         OptimizerConfig(precision="fp8", topk_threshold=0.0, iterations=3, candidates=["tvm"],
-                        workspace_bytes=0)
+                        workspace_bytes=0, time_budget_s=0.0)
+
+
+@pytest.mark.parametrize("settings, match", [
+    ({"time_budget_s": float("nan")}, r"time_budget_s must be between 1 and 3600 seconds, "
+                                      r"got nan"),
+    ({"time_budget_s": float("inf")}, r"time_budget_s must be between"),
+    ({"atol": float("nan")}, r"atol and rtol must be finite and >= 0, got nan"),
+    ({"topk_threshold": float("nan")}, r"topk_threshold must be in \(0, 1\], got nan"),
+    ({"iterations": 10**6}, r"iterations 1000000 is more than 100000"),
+])
+def test_config_not_finite_or_out_of_range_refused(settings, match):
+    with pytest.raises(OptimizerConfigError, match=match):
+        OptimizerConfig(**settings)
 
 
 @pytest.mark.parametrize("text, match", [

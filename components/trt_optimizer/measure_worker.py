@@ -1,0 +1,102 @@
+"""Timing the saved candidates in a child process whose TensorFlow runs the kernels
+stock TF Serving on CPU runs: oneDNN off (``TF_ENABLE_ONEDNN_OPTS=0``, read once,
+when TensorFlow starts, so it cannot be switched in the caller's process). The
+parent gives the folders, the serving flags and the feeds; the child loads each
+folder as TF Serving would (:func:`measure.load_servable`), times them
+(:func:`measure.measure_budgeted`) and prints the figures.
+
+    python -m tfx_bridge.components.trt_optimizer.measure_worker SPEC.json
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+from typing import Dict, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from tfx_bridge import child
+from tfx_bridge.components.trt_optimizer import decide
+from tfx_bridge.components.trt_optimizer.errors import OptimizerError
+from tfx_bridge.components.trt_optimizer.results import Latency
+from tfx_bridge.storage import fs
+
+MODULE = "tfx_bridge.components.trt_optimizer.measure_worker"
+MARKER = "TFX_BRIDGE_TIMED "
+# The kernels stock TF Serving's CPU build runs (Eigen); TensorFlow's pip wheel
+# would otherwise pick oneDNN's, and rank candidates by kernels no server runs.
+SERVING_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0"}
+
+
+def time_in_child(folders: Dict[str, Tuple[str, Sequence[str]]],
+                  feeds: Dict[int, Dict[str, np.ndarray]], budget_s: float,
+                  iterations: int, min_rounds: int, timeout_s: float, warm: bool = True,
+                  refuse: Optional[dict] = None) -> Tuple[Dict[str, list], dict]:
+    """``{name: [Latency per batch timed]}`` and the plan, for each ``name: (folder,
+    flags)`` timed on ``feeds`` (``{batch: {input: array}}``) in a oneDNN-off child:
+    a warm worker, or with ``warm=False`` a fresh process (an independent
+    re-timing). ``refuse`` (``{"reference": name, "alpha": a, "margin": m}``) drops
+    a candidate from the larger batch sizes once :func:`decide.speedup` refuses it
+    at a smaller one."""
+    with tempfile.TemporaryDirectory(prefix="tfx-bridge-timing-") as work:
+        arrays, layout = {}, {}
+        for b, batch_feeds in feeds.items():
+            layout[str(b)] = {}
+            for i, (name, value) in enumerate(sorted(batch_feeds.items())):
+                arrays[f"b{b}_{i}"] = value
+                layout[str(b)][name] = f"b{b}_{i}"
+        np.savez(os.path.join(work, "feeds.npz"), **arrays)
+        spec = {"folders": {n: [p, list(f)] for n, (p, f) in folders.items()},
+                "feeds": os.path.join(work, "feeds.npz"), "layout": layout,
+                "budget_s": budget_s, "iterations": iterations, "min_rounds": min_rounds,
+                "refuse": refuse}
+        spec_path = os.path.join(work, "spec.json")
+        fs.write_text(spec_path, json.dumps(spec))
+        result = child.run_python(["-m", MODULE, spec_path], MARKER, timeout=timeout_s,
+                                  env=SERVING_ENV, warm=warm)
+    if result.returncode != 0 or not isinstance(result.payload, dict):
+        raise OptimizerError(
+            f"timing the candidates in a child process (oneDNN off) failed (exit "
+            f"{result.returncode}): {result.stderr_tail}; the folders timed were "
+            f"{sorted(folders)}")
+    latency = {name: [Latency(**x) for x in rows]
+               for name, rows in result.payload["latency"].items()}
+    return latency, result.payload["info"]
+
+
+def main(spec_path: str) -> None:
+    from tfx_bridge.components.trt_optimizer import measure
+
+    spec = json.loads(fs.read_text(spec_path))
+    arrays = np.load(spec["feeds"])
+    servables = {name: measure.load_servable(path, flags)
+                 for name, (path, flags) in spec["folders"].items()}
+    calls = {}
+    for b, names in spec["layout"].items():
+        feeds = {name: arrays[key] for name, key in names.items()}
+        calls[int(b)] = {name: (s.call, s.prepare(feeds)) for name, s in servables.items()}
+    timed, info = measure.measure_budgeted(calls, spec["budget_s"], spec["iterations"],
+                                           spec["min_rounds"], refuse=_refusal(spec["refuse"]))
+    info["onednn"] = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    latency = {name: [dataclasses.asdict(timed[b][name]) for b in sorted(timed)
+                      if name in timed[b]] for name in servables}
+    print(MARKER + json.dumps({"latency": latency, "info": info}), flush=True)
+
+
+def _refusal(rule: Optional[dict]):
+    if not rule:
+        return None
+    reference = rule["reference"]
+
+    def refuse(latencies: Dict[str, Latency]) -> Set[str]:
+        return {name for name, lat in latencies.items() if name != reference
+                and decide.speedup(lat, latencies[reference], rule["alpha"],
+                                   rule["margin"]).refused}
+    return refuse
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
