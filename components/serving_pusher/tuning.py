@@ -34,9 +34,10 @@ MIN_ROW_SAVING = 0.10
 # The timeout is at most this share of what batching saves per row at batch 1's
 # latency: a batch formed by the timeout is underfull, so it saves less than a full one.
 TIMEOUT_SHARE = 0.5
-# The top of the batching guide's CPU range (1-10 ms): beyond it a lone request's
-# wait shows in p99 whatever the curve says.
-MAX_TIMEOUT_MICROS = 10_000
+# Never above the CPU default: at light load no batch forms and a lone request waits
+# the whole timeout, and a latency curve cannot tell how often a companion arrives in
+# time; the curve only tells when waiting is worth less than that.
+MAX_TIMEOUT_MICROS = BATCHING_DEFAULTS["cpu"]["batch_timeout_micros"]
 # The batch-size fields derived together: a user who gives one of them owns them all,
 # so a derived value never contradicts a given one (TF Serving refuses such a mix).
 SIZE_FIELDS = ("max_batch_size", "enable_large_batch_splitting", "max_execution_batch_size",
@@ -139,7 +140,7 @@ def derive_batching(points: List[LatencyPoint], cores: int,
     Requests up to ``floor_max_batch`` rows are still accepted (split into execution
     batches), so a small execution batch never refuses a request that fits today.
     The timeout is TIMEOUT_SHARE of the per-row saving at batch 1's latency, at most
-    MAX_TIMEOUT_MICROS: 0 when batching saves nothing.
+    MAX_TIMEOUT_MICROS (the CPU default): 0 when batching saves nothing.
     """
     kept = points[0]
     for point in points[1:]:
