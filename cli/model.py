@@ -118,8 +118,8 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
         result = optimize.optimize(args.model, stage, config, examples_dir=args.examples,
                                    probe=found)
     logs = logs.replace(stage, args.output)
-    progress(f"Measured {len(result.report['candidates'])} candidate(s); kept "
-             f"{result.report['candidate']} (backend {result.backend})" + logs)
+    progress(f"Measured {len(result.report['candidates'])} candidate(s); "
+             f"{result.report['decision']['reason']} (backend {result.backend})" + logs)
     print(fs.read_text(fs.join(args.output, REPORT_MD)).rstrip())
     progress("Done")
     return {"blessed": result.blessed, "backend": result.backend,
@@ -127,6 +127,7 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
             "serving_flags": result.serving_flags,
             "latency_before_ms": result.report["latency_before_ms"],
             "latency_after_ms": result.report["latency_after_ms"],
+            "decision": result.report["decision"]["reason"],
             "tensorrt_ran": result.report["tensorrt"]["ran"],
             "output": shown(args.output),
             "_exit": EXIT_OK if result.blessed else EXIT_CHECK_FAILED}

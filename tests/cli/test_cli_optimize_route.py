@@ -87,3 +87,5 @@ def test_cli_optimize_and_component_write_the_same_folder(tmp_path, capfd, refer
     assert properties.get_float(model, "latency_p50_ms_after") == \
         report_a["latency_after_ms"][largest]
     assert summary["latency_after_ms"] == report_b["latency_after_ms"]
+    assert props["decision"].string_value == report_a["decision"]["reason"]
+    assert summary["decision"] == report_b["decision"]["reason"]
