@@ -153,7 +153,8 @@ def derive_batching(points: List[LatencyPoint], cores: int,
     # below the real batch-1 latency on a falling curve, so the timeout comes out smaller.
     one_ms = one.p50_ms / one.batch
     saving = max(0.0, 1 - (kept.p50_ms / kept.batch) / one_ms) if kept is not one else 0.0
-    timeout = min(MAX_TIMEOUT_MICROS, int(TIMEOUT_SHARE * saving * one_ms * 1000))
+    share = int(TIMEOUT_SHARE * saving * one_ms * 1000)
+    timeout = min(MAX_TIMEOUT_MICROS, share)
     execution = kept.batch
     allowed = sorted({2 ** i for i in range(execution.bit_length()) if 2 ** i < execution}
                      | {execution})
@@ -163,8 +164,9 @@ def derive_batching(points: List[LatencyPoint], cores: int,
               "batch_timeout_micros": timeout, "num_batch_threads": cores}
     why = (f"p50 per row {one_ms:.4g} ms at batch {one.batch}, "
            f"{kept.p50_ms / kept.batch:.4g} ms at batch {kept.batch} (saving "
-           f"{saving:.1%}); execution batch {execution}, timeout "
-           f"{TIMEOUT_SHARE} x saving x batch-1 latency = {timeout} us")
+           f"{saving:.1%}); execution batch {execution}; timeout "
+           f"{TIMEOUT_SHARE} x saving x batch-1 latency = {share} us, at most "
+           f"{MAX_TIMEOUT_MICROS} us: {timeout} us")
     return {"values": values, "why": why, "row_saving": round(saving, 4)}
 
 
