@@ -3,9 +3,12 @@
 No TFX imports; TensorFlow and onnx are imported by the caller's process
 (the ``onnx`` extra). Why a converter of our own: onnx2tf converts to NHWC for
 TFLite and its layout heuristics break inside transformer and vision graphs.
-Here every tensor keeps ONNX's layout and meaning; an op that needs TF's
-channel-last kernels (Conv, pooling) transposes locally around them, so the
-graph runs on TF's stock CPU kernels (no oneDNN-only NCHW Conv2D).
+Here every value keeps ONNX's meaning. Ops that need TF's channel-last kernels
+(Conv, pooling) run channel-last, so the graph runs on TF's stock CPU kernels
+(no oneDNN-only NCHW Conv2D), and their outputs stay channel-last through the
+layout-free ops after them (layout.py: a value is held with a permutation of
+ONNX's axes; a handler that needs ONNX's layout gets it from ``Node.t``, built
+once per value). Graph inputs, outputs and subgraphs see ONNX's layout.
 
 How a graph becomes a SavedModel:
 
@@ -38,7 +41,9 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tfx_bridge.onnx_tf import layout
 from tfx_bridge.onnx_tf.errors import ConversionFailed, Problem, Unsupported
+from tfx_bridge.onnx_tf.layout import Permuted
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.registry import DEFAULT_FIX, OP_FIXES, REGISTRY, REQUIRED
 
@@ -158,6 +163,9 @@ class Node:
         self.opset = graph.converter.opset
         self.inputs = inputs
         self.folding = folding
+        # Channel-last values may leave this node only in the main graph's traced body
+        # (subgraphs and folded constants keep ONNX's layout).
+        self.layout_ok = graph.converter.channel_last and not folding and graph.parent is None
         definition = REGISTRY[proto.op_type]
         self.attrs = {k: v for k, v in definition.attrs.items() if v is not REQUIRED}
         self.attrs.update({a.name: _attr_value(a) for a in proto.attribute})
@@ -179,14 +187,50 @@ class Node:
         return i < len(self.inputs) and self.inputs[i] is not None
 
     def value(self, i: int):
-        return self.inputs[i] if self.has(i) else None
+        if not self.has(i):
+            return None
+        value = self.inputs[i]
+        return self.t(i) if isinstance(value, Permuted) else value
 
     def t(self, i: int):
-        """Input ``i`` as a tf.Tensor (a large constant as its tracked variable)."""
+        """Input ``i`` as a tf.Tensor in ONNX's layout (a large constant as its tracked
+        variable)."""
         value = self.inputs[i]
         if is_const(value):
             return self.graph.converter.tensor(value, self.folding)
+        if isinstance(value, Permuted):
+            return value.logical(cache=self.graph.parent is None)
         return value
+
+    def physical(self, i: int):
+        """(tensor, perm) of input ``i``: its tensor as held (``perm`` None when that is
+        ONNX's layout), for handlers that can use another axis order."""
+        value = self.inputs[i]
+        if isinstance(value, Permuted) and self.layout_ok:
+            return value.physical, value.perm
+        return self.t(i), None
+
+    def held_as(self, i: int, perm):
+        """Input ``i`` in axis order ``perm`` (``transpose(logical, perm)``): as held when
+        it already is, else transposed once per value and shared by its consumers."""
+        tf = _tf()
+        perm = tuple(perm)
+        value = self.inputs[i]
+        if isinstance(value, Permuted) and value.perm == perm and self.layout_ok:
+            return value.physical
+        x = self.t(i)
+        if not self.layout_ok:
+            return tf.transpose(x, perm)
+        key = (x.ref(), perm)
+        if key not in self.graph.transposed:
+            self.graph.transposed[key] = tf.transpose(x, perm)
+        return self.graph.transposed[key]
+
+    def emit(self, tensor, perm):
+        """An output computed in axis order ``perm``: kept so where channel-last values
+        may flow, else turned into ONNX's layout."""
+        value = Permuted(tensor, perm)
+        return value if self.layout_ok else value.logical()
 
     def ts(self) -> list:
         return [self.t(i) for i in range(len(self.inputs)) if self.has(i)]
@@ -206,6 +250,8 @@ class Node:
         value = self.inputs[i]
         if is_const(value):
             return value
+        if isinstance(value, Permuted):
+            return None
         static = _tf().get_static_value(value)
         return None if static is None else np.asarray(static)
 
@@ -230,6 +276,8 @@ class Node:
         value = self.inputs[i]
         if is_const(value):
             return np.array(value.shape, dtype.as_numpy_dtype)
+        if isinstance(value, Permuted):
+            return value.dyn_shape(dtype)
         static = value.shape
         if static.is_fully_defined():
             return np.array(static.as_list(), dtype.as_numpy_dtype)
@@ -256,9 +304,10 @@ def sanitize(name: str) -> str:
 class Converter:
     """Converts one ONNX ModelProto (already shape-inferred)."""
 
-    def __init__(self, model):
+    def __init__(self, model, channel_last: bool = True):
         import onnx
         self.model = model
+        self.channel_last = channel_last
         self.opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS),
                           None)
         if self.opset is None:
@@ -313,6 +362,7 @@ class GraphRun:
         self.parent = parent
         self.values: Dict[str, Any] = {}
         self.producers: Dict[str, Any] = {}  # value name -> the NodeProto that made it
+        self.transposed: Dict[tuple, Any] = {}  # (tensor ref, perm) -> its transpose
         # A subgraph's own value_info: its names may shadow the enclosing graph's.
         self.value_info: Dict[str, Any] = {}
 
@@ -344,7 +394,7 @@ class GraphRun:
         for spec, value in zip(graph.input, inputs, strict=False):
             sub.values[spec.name] = value
         sub.run(graph)
-        return [sub.lookup(o.name) for o in graph.output]
+        return [logical(sub.lookup(o.name), cache=False) for o in graph.output]
 
     def run(self, graph) -> None:
         from onnx import numpy_helper
@@ -382,6 +432,9 @@ class GraphRun:
                 outputs = [None if o is None else np.asarray(o) for o in outputs]
             if any(o is not None and o.size > FOLD_MAX_ELEMENTS for o in outputs):
                 outputs = None
+        if outputs is None and self.parent is None and any(
+                isinstance(v, Permuted) for v in inputs):
+            outputs = self._run_permuted(proto, definition, inputs)
         if outputs is None:
             with tf.name_scope(_scope_name(proto)):
                 outputs = _as_list(definition.handler(Node(self, proto, inputs, False)))
@@ -393,6 +446,24 @@ class GraphRun:
                 continue
             self.values[name] = self._checked(name, value)
 
+    def _run_permuted(self, proto, definition, inputs) -> Optional[list]:
+        """A layout-free op run on its inputs' physical tensors (see layout.py); None
+        when the op or its form is not known to be layout-free."""
+        tf = _tf()
+        perm = next(v.perm for v in inputs if isinstance(v, Permuted))
+        how = layout.plan(Node(self, proto, inputs, False), perm)
+        if how is None:
+            return None
+        physical, overrides, out_perm = how
+        node = Node(self, proto, physical, False)
+        node.attrs.update(overrides)
+        with tf.name_scope(_scope_name(proto)):
+            outputs = _as_list(definition.handler(node))
+        identity = tuple(range(len(out_perm)))
+        return [o if o is None or out_perm == identity else
+                Permuted(self.converter.tensor(o) if is_const(o) else o, out_perm)
+                for o in outputs]
+
     def _checked(self, name: str, value):
         """The output with ONNX's inferred static shape set; a disagreement is refused."""
         tf = _tf()
@@ -400,6 +471,14 @@ class GraphRun:
             raise Unsupported(f"output {name!r} was not computed")
         elem, dims = self.converter.expected(name, self.value_info_of(name))
         carrier = _carrier(elem) if elem else None
+        permuted = value if isinstance(value, Permuted) else None
+        if permuted is not None:  # ONNX's shape in the held axis order
+            if dims is not None:
+                if len(dims) != len(permuted.perm):
+                    raise Unsupported(f"output {name!r} has rank {len(permuted.perm)}, ONNX "
+                                      f"infers {len(dims)}")
+                dims = [dims[a] for a in permuted.perm]
+            value = permuted.physical
         if is_const(value):
             if carrier is not None and value.dtype != carrier:
                 raise Unsupported(f"output {name!r} is {value.dtype}, ONNX infers "
@@ -420,7 +499,15 @@ class GraphRun:
             except ValueError:
                 raise Unsupported(f"output {name!r} has shape {value.shape}, ONNX infers "
                                   f"{dims}") from None
+        if permuted is not None:
+            permuted.physical = value
+            return permuted
         return value
+
+
+def logical(value, cache: bool = True):
+    """A value in ONNX's layout (a :class:`Permuted` one transposed)."""
+    return value.logical(cache) if isinstance(value, Permuted) else value
 
 
 def _scope_name(proto) -> str:
@@ -566,16 +653,26 @@ def load_for_conversion(path: str):
         return model
 
 
-def convert(model, dynamic: Optional[Dict[str, Sequence[Optional[int]]]] = None) -> Converted:
-    """Converts a (shape-inferred) ModelProto; raises ConversionFailed naming every node."""
+def convert(model, dynamic: Optional[Dict[str, Sequence[Optional[int]]]] = None, *,
+            channel_last: bool = True, fold_batch_norm: bool = True) -> Converted:
+    """Converts a (shape-inferred) ModelProto; raises ConversionFailed naming every node.
+
+    ``channel_last``: convolution and pooling outputs stay channel-last through the
+    layout-free ops after them (layout.py); ``fold_batch_norm``: Conv ->
+    BatchNormalization pairs become one Conv (fold.py). Neither changes the signature
+    or (beyond float rounding) the values.
+    """
     import tensorflow as tf
 
     from tfx_bridge.onnx_tf import ops  # noqa: F401
+    from tfx_bridge.onnx_tf.fold import fold_batch_norms
 
     problems = check_model(model)
     if problems:
         raise ConversionFailed(problems)
-    converter = Converter(model)
+    if fold_batch_norm:
+        model = fold_batch_norms(model)
+    converter = Converter(model, channel_last)
     specs = _input_specs(model, dynamic)
     outputs = [o.name for o in model.graph.output]
     failure: List[Problem] = []
@@ -604,7 +701,7 @@ def convert(model, dynamic: Optional[Dict[str, Sequence[Optional[int]]]] = None)
             raise Unsupported(first) from e
         result = {}
         for name in outputs:
-            value = run.lookup(name)
+            value = logical(run.lookup(name))
             value = converter.tensor(value) if is_const(value) else value
             result[name] = tf.identity(value, name=sanitize(name))
         return result

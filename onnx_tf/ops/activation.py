@@ -187,11 +187,18 @@ def _clip_bound(node, name: str, x):
     return tf.constant(value, x.dtype)
 
 
+def _static(bound):
+    value = None if bound is None else _tf().get_static_value(bound)
+    return None if value is None else float(value)
+
+
 @op("Clip", attrs={"min": None, "max": None, **CONSUMED})
 def clip(node):
     tf = _tf()
     x = numeric_input(node, 0)
     low, high = _clip_bound(node, "min", x), _clip_bound(node, "max", x)
+    if is_float(x.dtype) and _static(low) == 0.0 and _static(high) == 6.0:
+        return tf.nn.relu6(x)  # the same values; an op TF's remapper fuses into a Conv2D
     # min > max gives max everywhere (ONNX), which this order of min/max produces
     if low is not None:
         x = tf.math.maximum(x, low)

@@ -1,11 +1,14 @@
 """ONNX Conv, ConvTranspose and DeformConv in ONNX semantics (see onnx_tf/core.py for
 the handler contract).
 
-Tensors stay in ONNX's NC<spatial> layout and are transposed channel-last
-around TF's kernels. Grouped convolution, which has no CPU kernel, runs as
-depthwise or as split + concat. ConvTranspose runs as a stride-1 convolution
-over the zero-upsampled input with the flipped kernel, so 1-D/2-D/3-D,
-dilations, groups and any pads share one exact path.
+The kernels run channel-last; an input already held channel-last is used as
+it is and the output stays channel-last (onnx_tf/layout.py), with the bias as
+a BiasAdd right after the convolution, the pattern TF's CPU remapper fuses
+(Conv2D + BiasAdd + Relu/Relu6/Elu/LeakyRelu into one _FusedConv2D). 2-D pads
+are Conv2D's explicit paddings, not a separate Pad. Grouped convolution,
+which has no CPU kernel, runs as depthwise or as split + concat. ConvTranspose
+runs as a stride-1 convolution over the zero-upsampled input with the flipped
+kernel, so 1-D/2-D/3-D, dilations, groups and any pads share one exact path.
 """
 from __future__ import annotations
 
@@ -15,32 +18,52 @@ from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.ops.spatial import (
     attr_list,
     check_auto_pad,
+    emit_last,
     float_input,
+    last_input,
     spatial,
     tensor,
-    to_first,
-    to_last,
     window_pads,
 )
 from tfx_bridge.onnx_tf.registry import op
 
 
-def _conv_last(x, w, strides, dilations):
-    """VALID convolution of a channel-last tensor; strided + dilated runs at stride 1
-    and subsamples (exact; TF rejects the combination)."""
+def _padding(x, pads, explicit: bool = True):
+    """(input, padding) for a channel-last kernel: 2-D pads as the kernel's explicit
+    paddings (``explicit``), others as a Pad before a VALID kernel."""
+    if pads is None or not any(p for pair in pads for p in pair):
+        return x, "VALID"
+    if explicit and len(pads) == 2:
+        return x, [[0, 0], *[list(p) for p in pads], [0, 0]]
+    return _tf().pad(x, [[0, 0], *[list(p) for p in pads], [0, 0]]), "VALID"
+
+
+def _conv_last(x, w, strides, dilations, pads=None):
+    """Convolution of a channel-last tensor padded by ``pads`` ([begin, end] per spatial
+    axis); strided + dilated runs at stride 1 and subsamples (exact; TF rejects the
+    combination)."""
     tf = _tf()
-    if any(d > 1 for d in dilations) and any(s > 1 for s in strides):
-        y = tf.nn.convolution(x, w, strides=1, padding="VALID", dilations=dilations)
+    x, padding = _padding(x, pads)
+    both = any(d > 1 for d in dilations) and any(s > 1 for s in strides)
+    if len(strides) == 2:
+        y = tf.nn.conv2d(x, w, [1, 1] if both else strides, padding, dilations=dilations)
+    else:
+        y = tf.nn.convolution(x, w, strides=1 if both else strides, padding=padding,
+                              dilations=dilations)
+    if both:
         return y[(slice(None), *[slice(None, None, s) for s in strides], slice(None))]
-    return tf.nn.convolution(x, w, strides=strides, padding="VALID", dilations=dilations)
+    return y
 
 
-def _depthwise_last(x, w, strides, dilations):
+def _depthwise_last(x, w, strides, dilations, pads=None):
     tf = _tf()
+    # Explicit paddings on a strided DepthwiseConv2dNative abort the process in
+    # TF 2.16 (a CHECK in tensor_format.h), so depthwise pads stay a Pad.
+    x, padding = _padding(x, pads, explicit=False)
     if any(d > 1 for d in dilations) and any(s > 1 for s in strides):
-        y = tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "VALID", dilations=dilations)
+        y = tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], padding, dilations=dilations)
         return y[:, ::strides[0], ::strides[1], :]
-    return tf.nn.depthwise_conv2d(x, w, [1, *strides, 1], "VALID", dilations=dilations)
+    return tf.nn.depthwise_conv2d(x, w, [1, *strides, 1], padding, dilations=dilations)
 
 
 def _weights_last(node, i: int, flip: bool = False, transpose_io: bool = False):
@@ -63,24 +86,26 @@ def _as_t(node, w):
     return tensor(node, w) if isinstance(w, np.ndarray) else w
 
 
-def _grouped_conv(node, x_last, w_last, group: int, strides, dilations, allow_depthwise=True):
+def _grouped_conv(node, x_last, w_last, group: int, strides, dilations, pads=None):
     """x_last [N, s..., C], w_last [k..., C/g, M] -> [N, s'..., M]."""
     tf = _tf()
     nd = len(strides)
     cin_g = w_last.shape[-2]
     m = w_last.shape[-1]
     if group == 1:
-        return _conv_last(x_last, _as_t(node, w_last), strides, dilations)
+        return _conv_last(x_last, _as_t(node, w_last), strides, dilations, pads)
     if m % group:
         node.refuse(f"{m} output channels are not divisible by group={group}")
-    if allow_depthwise and nd == 2 and cin_g == 1 and strides[0] == strides[1]:
+    if nd == 2 and cin_g == 1 and strides[0] == strides[1]:
         # Depthwise: TF output channel c*mult + k is ONNX output channel c*mult + k.
         mult = m // group
         if isinstance(w_last, np.ndarray):
             w_dw = w_last.reshape(*w_last.shape[:2], group, mult)
         else:
             w_dw = tf.reshape(w_last, [*w_last.shape[:2], group, mult])
-        return _depthwise_last(x_last, _as_t(node, w_dw), strides, dilations)
+        return _depthwise_last(x_last, _as_t(node, w_dw), strides, dilations, pads)
+    if pads is not None and any(p for pair in pads for p in pair):
+        x_last = tf.pad(x_last, [[0, 0], *[list(p) for p in pads], [0, 0]])
     xs = tf.split(x_last, group, axis=-1)
     mg = m // group
     outs = []
@@ -94,8 +119,7 @@ def _add_bias_last(node, y, i: int):
     if not node.has(i):
         return y
     tf = _tf()
-    b = node.t(i)
-    return y + tf.cast(b, y.dtype)
+    return tf.nn.bias_add(y, tf.cast(node.t(i), y.dtype))
 
 
 def _conv_setup(node, what: str):
@@ -124,17 +148,16 @@ def conv(node):
     if cin is not None and cin != wshape[1] * group:
         node.refuse(f"input channels {cin} != weights' {wshape[1]} x group {group}")
     begin, end, _ = window_pads(node, kernel, strides, dilations)
-    x = to_last(node.t(0), rank)
-    if any(begin) or any(end):
-        x = tf.pad(x, [[0, 0], *[[b, e] for b, e in zip(begin, end, strict=True)], [0, 0]])
+    x = last_input(node, 0)
     w = _weights_last(node, 1)
     if not isinstance(w, np.ndarray):
         w = tf.cast(w, x.dtype)
     else:
         w = w.astype(x.dtype.as_numpy_dtype)
-    y = _grouped_conv(node, x, w, group, strides, dilations)
+    pads = [[b, e] for b, e in zip(begin, end, strict=True)]
+    y = _grouped_conv(node, x, w, group, strides, dilations, pads)
     y = _add_bias_last(node, y, 2)
-    return to_first(y, rank)
+    return emit_last(node, y)
 
 
 def _upsample_zeros(x, axis: int, stride: int):
@@ -192,7 +215,7 @@ def conv_transpose(node):
     else:
         pads = list(node.attr("pads") or [0] * (2 * nd))
         begin, end = pads[:nd], pads[nd:]
-    x = to_last(node.t(0), rank)
+    x = last_input(node, 0)
     for a in range(nd):
         x = _upsample_zeros(x, a + 1, strides[a])
     # Full correlation pads eff-1 on each side; ONNX pads crop it, output_padding extends it.
@@ -222,7 +245,7 @@ def conv_transpose(node):
         outs.append(_conv_last(xs[g], wg, [1] * nd, dilations))
     y = outs[0] if group == 1 else tf.concat(outs, -1)
     y = _add_bias_last(node, y, 2)
-    return to_first(y, rank)
+    return emit_last(node, y)
 
 
 @op("DeformConv", attrs={"dilations": None, "group": 1, "kernel_shape": None,

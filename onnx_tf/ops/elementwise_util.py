@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from tfx_bridge.onnx_tf.core import NodeInfo
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 
@@ -91,7 +93,32 @@ def legacy_b(node, a, b):
 def _binary(node, numeric: bool = True):
     a = numeric_input(node, 0) if numeric else node.t(0)
     b = numeric_input(node, 1) if numeric else node.t(1)
-    return a, legacy_b(node, a, b)
+    return _bias_safe(node, a, legacy_b(node, a, b))
+
+
+def _bias_safe(node, a, b):
+    """(a, b) with a constant beside a BiasAdd's output shaped as a BiasAdd input.
+
+    TF 2.16's constant folding (Grappler) turns ``BiasAdd(x, c1) + c2`` into
+    ``BiasAdd(c2, c1) + x``, which fails at run time when c2's last axis is 1 where
+    the bias has n: such a c2 gets its last axis broadcast to n (a scalar if it has
+    one element); same values.
+    """
+    out = [a, b]
+    if node.opset < 7:
+        return tuple(out)
+    for i in (0, 1):
+        other = out[1 - i]
+        c = node.maybe_const(i)
+        producer = getattr(other, "op", None)
+        if c is None or c.ndim == 0 or producer is None or producer.type != "BiasAdd":
+            continue
+        n = other.shape[-1]
+        if c.shape[-1] != 1 or n is None or n == 1:
+            continue
+        c = c.reshape(()) if c.size == 1 else np.broadcast_to(c, (*c.shape[:-1], n))
+        out[i] = node.graph.converter.tensor(np.ascontiguousarray(c), node.folding)
+    return tuple(out)
 
 
 def same_dtype(node, a, b):

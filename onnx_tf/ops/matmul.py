@@ -78,6 +78,11 @@ def gemm(node):
         c = node.t(2)
         if beta != 1.0:
             c = c * tf.constant(beta, dtype)
+        n = y.shape[-1]
+        if (dtype.is_floating and alpha == 1.0 and c.shape.rank == 1 and n is not None
+                and c.shape[0] == n):
+            # MatMul + BiasAdd (+ Relu...) is what TF's CPU remapper fuses (_FusedMatMul)
+            return tf.nn.bias_add(y, c)
         y = y + c
     return y
 

@@ -29,12 +29,14 @@ def batch_normalization(node):
     if outputs:
         node.refuse("the training outputs (running mean/var, saved mean/var) are not "
                     "supported", "export the model in eval mode")
-    x = node.t(0)
+    x, perm = node.physical(0)  # per channel: any axis order, the channel axis found
     rank = node.rank(0)
-    shape = _channel_shape(rank) if rank > 1 else [-1]
+    axis = 1 if perm is None else perm.index(1)
+    shape = _channel_shape(rank, axis) if rank > 1 else [-1]
     scale, bias, mean, var = (tf.reshape(tf.cast(node.t(i), dtype), shape) for i in (1, 2, 3, 4))
     inv = scale / tf.sqrt(var + tf.cast(node.attr("epsilon"), dtype))
-    return (x - mean) * inv + bias
+    y = (x - mean) * inv + bias
+    return y if perm is None else node.emit(y, perm)
 
 
 @op("InstanceNormalization", attrs={"epsilon": 1e-5})

@@ -1,5 +1,7 @@
 """ONNX pooling ops (max with indices, average, Lp, global, MaxUnpool) in ONNX
-semantics, over the NC<spatial> layout."""
+semantics, over the NC<spatial> layout. MaxPool, AveragePool's common forms and
+the global poolings run on a channel-last input as it is held and keep their
+output channel-last (onnx_tf/layout.py)."""
 from __future__ import annotations
 
 import itertools
@@ -14,11 +16,11 @@ from tfx_bridge.onnx_tf.ops.spatial import (
     attr_list,
     check_auto_pad,
     crop_to,
+    emit_last,
     float_input,
+    last_input,
     pad_spatial_first,
     shift_reduce,
-    to_first,
-    to_last,
     window_pads,
     window_sum,
 )
@@ -61,18 +63,20 @@ def _lowest(dtype):
                       "strides": None}, check=_check_pool)
 def max_pool(node):
     tf = _tf()
-    rank, nd, kernel, strides, dilations, begin, end, outs, eff = _pool_setup(node)
-    x = node.t(0)
-    dtype = x.dtype
+    _, nd, kernel, strides, dilations, begin, end, outs, eff = _pool_setup(node)
+    dtype = node.dtype(0)
     if dtype.name not in (*FLOATS, "int8", "uint8"):
         node.refuse(f"MaxPool on {dtype.name} is not supported", "use float or (u)int8")
     want_indices = len(node.proto.output) > 1 and node.proto.output[1]
+    if not want_indices and all(d == 1 for d in dilations) and dtype.is_floating and nd <= 3:
+        xp = pad_spatial_first(last_input(node), begin, end, _lowest(dtype), nd, outs,
+                               strides, eff, last=True)
+        y = tf.nn.max_pool(xp, kernel, strides, "VALID")
+        return emit_last(node, crop_to(y, outs, last=True))
+    x = node.t(0)
     xp = pad_spatial_first(x, begin, end, _lowest(dtype), nd, outs, strides, eff)
     if want_indices:
         return _max_pool_indices(node, x, xp, kernel, strides, dilations, begin, outs)
-    if all(d == 1 for d in dilations) and dtype.is_floating and nd <= 3:
-        y = tf.nn.max_pool(to_last(xp, rank), kernel, strides, "VALID")
-        return crop_to(to_first(y, rank), outs)
     return shift_reduce(xp, kernel, strides, dilations, outs,
                          lambda acc, part, _: part if acc is None else tf.maximum(acc, part))
 
@@ -127,13 +131,15 @@ def _max_pool_indices(node, x, xp, kernel, strides, dilations, begin, outs):
                           "strides": None}, check=_check_pool)
 def average_pool(node):
     tf = _tf()
-    rank, nd, kernel, strides, dilations, begin, end, outs, eff = _pool_setup(node)
+    _, nd, kernel, strides, dilations, begin, end, outs, eff = _pool_setup(node)
     dtype = float_input(node)
-    x = node.t(0)
     no_pad = not any(begin) and not any(end)
-    if no_pad and all(d == 1 for d in dilations) and not node.attr("ceil_mode") and nd <= 3:
-        y = tf.nn.avg_pool(to_last(x, rank), kernel, strides, "VALID")
-        return to_first(y, rank)
+    simple = all(d == 1 for d in dilations) and not node.attr("ceil_mode") and nd <= 3
+    if simple and (no_pad or node.attr("count_include_pad")):
+        # Zero pads counted as taps: the kernel's VALID average over the padded input.
+        xp = pad_spatial_first(last_input(node), begin, end, 0, nd, last=True)
+        return emit_last(node, tf.nn.avg_pool(xp, kernel, strides, "VALID"))
+    x = node.t(0)
     xp = pad_spatial_first(x, begin, end, 0, nd, outs, strides, eff)
     total = window_sum(xp, kernel, strides, dilations, outs)
     count = _pool_count(node, x, begin, end, outs, kernel, strides, dilations, eff,
@@ -182,15 +188,25 @@ def lp_pool(node):
     return tf.pow(total, tf.cast(1.0 / p, x.dtype))
 
 
+def _global(node, reduce):
+    """reduce over the spatial axes, on the input as it is held."""
+    x, perm = node.physical(0)
+    rank = node.rank(0)
+    if perm is None:
+        return reduce(x, axis=list(range(2, rank)), keepdims=True)
+    y = reduce(x, axis=sorted(perm.index(a) for a in range(2, rank)), keepdims=True)
+    return node.emit(y, perm)
+
+
 @op("GlobalAveragePool")
 def global_average_pool(node):
     float_input(node)
-    return _tf().reduce_mean(node.t(0), axis=list(range(2, node.rank(0))), keepdims=True)
+    return _global(node, _tf().reduce_mean)
 
 
 @op("GlobalMaxPool")
 def global_max_pool(node):
-    return _tf().reduce_max(node.t(0), axis=list(range(2, node.rank(0))), keepdims=True)
+    return _global(node, _tf().reduce_max)
 
 
 @op("GlobalLpPool", attrs={"p": 2})

@@ -1,6 +1,8 @@
 """Shared by the ONNX conv and pool ops: spatial attributes, pads (explicit, SAME,
-ceil mode) and windows over the NC<spatial> layout, moved channel-last around
-TF's kernels (the only ones TF has on CPU with oneDNN off)."""
+ceil mode) and windows over the NC<spatial> layout, run channel-last in TF's
+kernels (the only ones TF has on CPU with oneDNN off). Inputs already held
+channel-last are used as they are, and outputs stay channel-last for the next
+layout-free op (onnx_tf/layout.py)."""
 from __future__ import annotations
 
 import itertools
@@ -9,6 +11,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from tfx_bridge.onnx_tf.core import NodeInfo
+from tfx_bridge.onnx_tf.layout import channel_last
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 
 FLOATS = ("float16", "float32", "float64")
@@ -26,6 +29,17 @@ def to_last(x, rank: int):
 
 def to_first(x, rank: int):
     return _tf().transpose(x, [0, rank - 1, *range(1, rank - 1)])
+
+
+def last_input(node, i: int = 0):
+    """Input ``i`` (NC<spatial>) as a channel-last tensor: as held when it already is,
+    else transposed (once per value)."""
+    return node.held_as(i, channel_last(node.rank(i)))
+
+
+def emit_last(node, y):
+    """A channel-last result as the node's output (ONNX's NC<spatial> meaning)."""
+    return node.emit(y, channel_last(len(y.shape)))
 
 
 def float_input(node, i: int = 0, what: str = "X"):
@@ -83,8 +97,8 @@ def window_pads(node, kernel: Sequence[int], strides: Sequence[int],
     for a in range(nd):
         n = static[a]
         if n is None:
-            if dyn is None:
-                dyn = tf.shape(node.t(0))
+            if dyn is None:  # the input's shape, whatever axis order it is held in
+                dyn = node.dyn_shape(0, tf.int32)
             n = dyn[a + 2]
             span = n + begin[a] + end[a] - eff[a]
             if ceil_mode:
@@ -111,26 +125,30 @@ def attr_list(node, name: str, nd: int, default: int) -> List[int]:
 
 
 def pad_spatial_first(x, begin, end, value, nd: int, out_sizes=None, strides=None,
-                       eff=None):
-    """Pads an NC<spatial> tensor; with ``out_sizes`` the end pad is set so that exactly
-    the windows of ``out_sizes`` fit (ceil_mode extra, or cropping the unused tail)."""
+                       eff=None, last: bool = False):
+    """Pads an NC<spatial> tensor (N<spatial>C with ``last``); with ``out_sizes`` the end
+    pad is set so that exactly the windows of ``out_sizes`` fit (ceil_mode extra, or
+    cropping the unused tail)."""
     tf = _tf()
-    pads = [[0, 0], [0, 0]]
+    first = 1 if last else 2  # the first spatial axis
+    pads = [[0, 0]] if last else [[0, 0], [0, 0]]
     shape = None
     for a in range(nd):
         e = end[a]
         if out_sizes is not None:
             need = (out_sizes[a] - 1) * strides[a] + eff[a]
-            n = x.shape[a + 2]
+            n = x.shape[a + first]
             if n is None:
                 shape = tf.shape(x) if shape is None else shape
-                n = shape[a + 2]
+                n = shape[a + first]
             e = need - n - begin[a]
             if not isinstance(e, int):
                 e = tf.maximum(e, 0)
             else:
                 e = max(e, 0)
         pads.append([begin[a], e])
+    if last:
+        pads.append([0, 0])
     if all(isinstance(p, int) and p == 0 for pair in pads for p in pair):
         return x
     if any(not isinstance(p, int) for pair in pads for p in pair):
@@ -169,11 +187,17 @@ def window_sum(x, kernel, strides, dilations, out_sizes):
                          lambda acc, part, _: part if acc is None else acc + part)
 
 
-def crop_to(y, out_sizes):
+def crop_to(y, out_sizes, last: bool = False):
+    """The first ``out_sizes`` positions of each spatial axis (N<spatial>C with ``last``)."""
     tf = _tf()
+    nd = len(out_sizes)
+    spatial_dims = y.shape[1:1 + nd] if last else y.shape[2:]
     if all(isinstance(o, int) for o in out_sizes):
-        if list(y.shape[2:]) == list(out_sizes):
+        if list(spatial_dims) == list(out_sizes):
             return y
-        return y[(slice(None), slice(None), *[slice(0, o) for o in out_sizes])]
-    size = tf.concat([[-1, -1], tf.stack([tf.cast(o, tf.int32) for o in out_sizes])], 0)
-    return tf.slice(y, tf.zeros([len(out_sizes) + 2], tf.int32), size)
+        crop = [slice(0, o) for o in out_sizes]
+        return y[(slice(None), *crop, slice(None))] if last else \
+            y[(slice(None), slice(None), *crop)]
+    sizes = tf.stack([tf.cast(o, tf.int32) for o in out_sizes])
+    size = tf.concat([[-1], sizes, [-1]] if last else [[-1, -1], sizes], 0)
+    return tf.slice(y, tf.zeros([nd + 2], tf.int32), size)
