@@ -47,7 +47,47 @@ def _outputs_of(args) -> str:
     return "a path under " + ", ".join(given) if given else "one of its paths"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where Ctrl-C's KeyboardInterrupt is, so every
+    ``finally`` that Ctrl-C runs (Beam services stopped, temp folders removed,
+    locks released, executions marked) runs for them too."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _end_like_ctrl_c(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+def _on_termination_signals():
+    """SIGTERM (``timeout``, cron, systemd, Kubernetes) and SIGHUP (a closed
+    terminal) end a verb as Ctrl-C does; returns the handlers to put back (main
+    thread only: a caller running verbs in a thread keeps its own)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    saved = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        saved[sig] = signal.signal(sig, _end_like_ctrl_c)
+    return saved
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    import signal
+
+    saved = _on_termination_signals()
+    try:
+        return _main(argv)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     Parser.json_requested = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
@@ -76,7 +116,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise
         print(f"tfx-bridge {args.verb}: {e}", file=sys.stderr)
         summary, code = {"error": str(e), "error_type": type(e).__name__}, EXIT_BAD_INPUT
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        if isinstance(e, Terminated):  # 128 + the signal, as a shell reports it
+            import signal
+
+            name = signal.Signals(e.signum).name
+            print(f"tfx-bridge {args.verb}: stopped by {name}", file=sys.stderr)
+            return 128 + e.signum
         print(f"tfx-bridge {args.verb}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:  # a bug: say so in one line, keep the traceback for --debug

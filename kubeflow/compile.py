@@ -74,7 +74,7 @@ def compile_pipeline(output: str, pipeline_root: str, data_root: str,
         PIPELINE_NAME, pipeline_root, data_root, model_source, serving_base_path, config,
         schema_path=schema_path, contract_path=contract_path,
         beam_pipeline_args=beam or None, transform_source=transform_source,
-        beam_runner=beam_runner)
+        beam_runner=beam_runner, content_identity=False)
     config = kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
         default_image=image, default_commands=[*ENTRYPOINT, EXECUTOR_MODULE])
     folder = os.path.dirname(os.path.abspath(output))

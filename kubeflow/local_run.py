@@ -1,21 +1,22 @@
 """Run a compiled Kubeflow (v2) pipeline spec on this machine, the way KFP would.
 
-For each task in topological order it builds the ExecutorInput the KFP v2
-backend passes (parameters from the spec, input artifacts wired from upstream
-outputs, output artifacts under a local root, an output metadata file), runs
-the task's preCacheCheck (ParquetExampleGen's stock file-based driver) and its
-container command (``python -m tfx.orchestration.kubeflow.v2.container.
-kubeflow_v2_run_executor --executor_class_path ...``) as subprocesses with
-``{{$}}`` replaced by that JSON, then reads the ExecutorOutput it wrote to wire
-downstream tasks. Output artifacts go where KFP puts them, under the spec's
-pipeline root (``runtimeConfig.gcsOutputDirectory``) when that is an object
-store (``<root>/local-run-<id>/<task>/<key>``), else under ``root``; the tasks'
-executor output files stay under ``root``. Importer tasks yield their artifact URI; resolver tasks
-(LatestBlessedModelStrategy) yield nothing, as in a fresh project with no
-blessed model yet. It proves the compiled pipeline runs under the Kubeflow
-entrypoints, not only under LocalDagRunner. It holds the run locks
-``tfx-bridge run`` takes (``root`` and a local serving base path's model), so
-the two never run one pipeline at once: a busy lock exits 4 naming its holder.
+For each task in topological order it builds the ExecutorInput the KFP v2 backend passes
+(parameters from the spec, input artifacts wired from upstream outputs, output artifacts
+under a local root, an output metadata file), runs the task's preCacheCheck
+(ParquetExampleGen's stock file-based driver) and its container command (``python -m
+tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor --executor_class_path
+...``) as processes of their own with ``{{$}}`` replaced by that JSON (forked from one
+warm interpreter that imported what the tasks import; ``--fresh-interpreters`` starts
+each anew), then reads the ExecutorOutput it wrote to wire downstream tasks. Output
+artifacts go where KFP puts them, under the spec's pipeline root
+(``runtimeConfig.gcsOutputDirectory``) when that is an object store
+(``<root>/local-run-<id>/<task>/<key>``), else under ``root``; the tasks' executor
+output files stay under ``root``. Importer tasks yield their artifact URI; resolver
+tasks (LatestBlessedModelStrategy) yield nothing, as in a fresh project with no blessed
+model yet. It proves the compiled pipeline runs under the Kubeflow entrypoints, not only
+under LocalDagRunner. It holds the run locks ``tfx-bridge run`` takes (``root`` and a
+local serving base path's model), so the two never run one pipeline at once: a busy lock
+exits 4 naming its holder.
 
     python -m tfx_bridge.kubeflow.local_run pipeline.json /tmp/kfp-local
 """
@@ -63,11 +64,43 @@ def _substitute(items: List[str], executor_input: str) -> List[str]:
     return [sys.executable if i == 0 and a == "python" else a for i, a in enumerate(out)]
 
 
-def _run(cmd: List[str], task: str, env: dict, timeout: int) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-        raise LocalRunError(f"Task {task!r} failed (exit {proc.returncode}):\n{tail}")
+def _preload(executors: Dict[str, dict]) -> List[str]:
+    """What every task imports before it does anything: TensorFlow, Beam, torch, the
+    TFX container modules the commands name and the executor classes' modules."""
+    modules = ["tensorflow", "apache_beam", "torch", "tensorflow_transform",
+               "tensorflow_data_validation"]
+    for executor in executors.values():
+        container = executor.get("container", {})
+        hook = container.get("lifecycle", {}).get("preCacheCheck", {})
+        for items in (container.get("command", []), container.get("args", []),
+                      hook.get("command", [])):
+            for i, item in enumerate(items):
+                if i and items[i - 1] == "--executor_class_path":
+                    modules.append(item.rpartition(".")[0])
+                elif item.startswith("tfx.orchestration."):
+                    modules.append(item)
+    return list(dict.fromkeys(m for m in modules
+                              if all(part.isidentifier() for part in m.split("."))))
+
+
+def _run(cmd: List[str], task: str, env: dict, timeout: int,
+         preload: Optional[List[str]]) -> None:
+    """Runs a task's command. ``python -m MODULE ...`` runs in a process forked for it
+    from a warm interpreter that has imported ``preload`` (and nothing run), so each
+    task is its own process without paying TensorFlow's import each time; None:
+    every command as a fresh interpreter."""
+    if preload is not None and len(cmd) >= 3 and cmd[0] == sys.executable and cmd[1] == "-m":
+        from tfx_bridge import child
+
+        result = child.run_python(cmd[1:], None, timeout, env=env, warm=True, fresh=True,
+                                  preload=preload)
+        code, stderr = result.returncode, result.stderr
+    else:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        code, stderr = proc.returncode, proc.stderr
+    if code != 0:
+        tail = "\n".join(stderr.strip().splitlines()[-15:])
+        raise LocalRunError(f"Task {task!r} failed (exit {code}):\n{tail}")
 
 
 def default_path_map() -> Dict[str, str]:
@@ -138,25 +171,28 @@ def _run_locks(root: str, served: Optional[Tuple[str, str]], timeout_s: float):
 def run_compiled(spec_path: str, root: str, timeout: int = 1800,
                  extra_env: Dict[str, str] = None,
                  path_map: Optional[Dict[str, str]] = None,
-                 lock_timeout_s: float = PipelineConfig.defaults().lock_timeout_s
-                 ) -> Dict[str, Dict[str, list]]:
+                 lock_timeout_s: float = PipelineConfig.defaults().lock_timeout_s,
+                 fresh_interpreters: bool = False) -> Dict[str, Dict[str, list]]:
     """Runs every task; returns task -> output key -> runtime artifacts (JSON dicts).
     ``path_map`` maps path prefixes inside the image to local folders (default:
     :func:`default_path_map`). Holds the run locks of ``root`` and of the served
     model (as ``tfx-bridge run``): another run of either waits ``lock_timeout_s``
-    seconds, then :class:`tfx_bridge.runlock.RunLocked` names it."""
+    seconds, then :class:`tfx_bridge.runlock.RunLocked` names it. Each task is a
+    process of its own, forked from a warm interpreter that has imported what the
+    tasks import (:func:`_run`); ``fresh_interpreters`` starts each as a new
+    interpreter instead, as a container would (slower by TensorFlow's import per task)."""
     path_map = default_path_map() if path_map is None else path_map
     with open(spec_path) as f:
         job = json.load(f)
     spec = job.get("pipelineSpec", job)
     with _run_locks(root, _served_model(spec["root"]["dag"]["tasks"], path_map),
                     lock_timeout_s):
-        return _run_tasks(job, spec, root, timeout, extra_env, path_map)
+        return _run_tasks(job, spec, root, timeout, extra_env, path_map, fresh_interpreters)
 
 
 def _run_tasks(job: dict, spec: dict, root: str, timeout: int,
-               extra_env: Optional[Dict[str, str]], path_map: Dict[str, str]
-               ) -> Dict[str, Dict[str, list]]:
+               extra_env: Optional[Dict[str, str]], path_map: Dict[str, str],
+               fresh_interpreters: bool) -> Dict[str, Dict[str, list]]:
     pipeline_root = job.get("runtimeConfig", {}).get("gcsOutputDirectory", "")
     artifact_root = (f"{pipeline_root.rstrip('/')}/local-run-{uuid.uuid4().hex[:8]}"
                      if "://" in pipeline_root else None)
@@ -166,6 +202,7 @@ def _run_tasks(job: dict, spec: dict, root: str, timeout: int,
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     env.update(extra_env or {})
+    preload = None if fresh_interpreters else _preload(executors)
     outputs: Dict[str, Dict[str, list]] = {}
     for name in _order(tasks):
         task = tasks[name]
@@ -202,7 +239,8 @@ def _run_tasks(job: dict, spec: dict, root: str, timeout: int,
         driver = container.get("lifecycle", {}).get("preCacheCheck")
         if driver:
             _run(_substitute(driver["command"] + driver.get("args", []),
-                             json.dumps(executor_input)), name + " (driver)", env, timeout)
+                             json.dumps(executor_input)), name + " (driver)", env, timeout,
+                 preload)
             with open(output_file) as f:
                 driven = json.load(f)
             # The KFP backend updates the task's parameters (the resolved span's
@@ -219,7 +257,7 @@ def _run_tasks(job: dict, spec: dict, root: str, timeout: int,
                                         strict=True):
                     mine["metadata"] = theirs.get("metadata", {})
         _run(_substitute(container["command"] + container.get("args", []),
-                         json.dumps(executor_input)), name, env, timeout)
+                         json.dumps(executor_input)), name, env, timeout, preload)
         with open(output_file) as f:
             result = json.load(f)
         outputs[name] = {}
@@ -250,6 +288,10 @@ def main(argv=None) -> int:
                         default=PipelineConfig.defaults().lock_timeout_s, metavar="SECONDS",
                         help="wait this long for another run of this root or served model "
                              "before exit 4 (busy); default: refuse at once")
+    parser.add_argument("--fresh-interpreters", action="store_true",
+                        help="start every task as a new Python interpreter, as a container "
+                             "would (default: forked from one that has imported what the "
+                             "tasks import, which saves TensorFlow's import per task)")
     args = parser.parse_args(argv)
     if not args.lock_timeout >= 0 or args.lock_timeout == float("inf"):
         parser.error(f"--lock-timeout {args.lock_timeout}: give a number of seconds >= 0")
@@ -276,7 +318,8 @@ def main(argv=None) -> int:
 
     try:
         outputs = run_compiled(args.spec, args.root, path_map=path_map,
-                               lock_timeout_s=args.lock_timeout)
+                               lock_timeout_s=args.lock_timeout,
+                               fresh_interpreters=args.fresh_interpreters)
     except Busy as e:
         print(f"{parser.prog}: {e}", file=sys.stderr)
         return 4

@@ -15,6 +15,7 @@ from tfx_bridge.components.parquet_example_gen import ParquetExampleGen
 from tfx_bridge.components.schema_guard import SchemaGuard
 from tfx_bridge.pipelines import demo_data
 from tfx_bridge.pipelines.config import PipelineConfig, PipelineConfigError
+from tfx_bridge.pipelines.inputs import absolute, content_importer, pinned_file
 
 
 def span_input_config(pattern: str = demo_data.SPAN_PATTERN) -> tfx.proto.Input:
@@ -35,6 +36,7 @@ def create_data_pipeline(
     beam_pipeline_args: Optional[List[str]] = None,
     enable_cache: bool = True,
     preprocessing_module: Optional[str] = None,
+    content_identity: bool = True,
 ) -> tfx_pipeline.Pipeline:
     """ParquetExampleGen -> StatisticsGen -> SchemaGen / ImportSchemaGen -> SchemaGuard
     (-> Transform, with ``preprocessing_module``).
@@ -50,7 +52,13 @@ def create_data_pipeline(
         dotted path to the function in an installed package (e.g.
         ``"tfx_bridge.pipelines.demo_preprocessing.preprocessing_fn"``) or a
         module file defining ``preprocessing_fn``; None leaves Transform out.
+      content_identity: the schema and contract files are read by content
+        (:mod:`tfx_bridge.pipelines.inputs`); False for a spec compiled once
+        and run many times (Kubeflow).
     """
+    pipeline_root, metadata_path = absolute(pipeline_root), absolute(metadata_path)
+    schema_path, contract_path = _read_by_content(pipeline_root, content_identity,
+                                                  schema_path, contract_path)
     data = list(data_components(data_root, pattern, columns, schema_path, contract_path,
                                 fail_on_anomalies))
     if preprocessing_module:
@@ -81,7 +89,7 @@ def data_components(data_root: str, pattern: str = demo_data.SPAN_PATTERN,
                     columns: Optional[Sequence[str]] = None, schema_path: Optional[str] = None,
                     contract_path: Optional[str] = None, fail_on_anomalies: bool = True):
     """ParquetExampleGen, StatisticsGen, SchemaGen or ImportSchemaGen, SchemaGuard."""
-    example_gen = ParquetExampleGen(input_base=data_root,
+    example_gen = ParquetExampleGen(input_base=absolute(data_root),
                                     input_config=span_input_config(pattern),
                                     columns=columns)
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
@@ -95,6 +103,15 @@ def data_components(data_root: str, pattern: str = demo_data.SPAN_PATTERN,
                                contract_path=contract_path,
                                fail_on_anomalies=fail_on_anomalies)
     return example_gen, statistics_gen, schema_gen, schema_guard
+
+
+def _read_by_content(pipeline_root: str, content_identity: bool, *paths: Optional[str]
+                     ) -> List[Optional[str]]:
+    """Files components read by path: pinned by content under the pipeline root, or
+    (``content_identity=False``) absolute paths as given."""
+    if not content_identity:
+        return [absolute(p) for p in paths]
+    return [None if p is None else pinned_file(p, pipeline_root) for p in paths]
 
 
 def _pipeline(name: str, root: str, components: list, metadata_path: Optional[str],
@@ -162,6 +179,7 @@ def create_pipeline(
     beam_pipeline_args: Optional[List[str]] = None,
     transform_source: Optional[str] = None,
     beam_runner=None,
+    content_identity: bool = True,
     **settings,
 ) -> tfx_pipeline.Pipeline:
     """The whole bridge: Parquet spans in, a TF Serving push out, in one of two modes.
@@ -197,7 +215,11 @@ def create_pipeline(
     :class:`tfx_bridge.beam_runners.BeamSettings`, is checked now (a preset that
     cannot work raises before anything is built) and its options go before
     ``beam_pipeline_args``; a portable runner here needs its endpoints (the
-    CLI's ``run`` starts local ones).
+    CLI's ``run`` starts local ones). ``content_identity``: the hand-over folders,
+    schema and contract are read by content (:mod:`tfx_bridge.pipelines.inputs`: a
+    changed file under the same path is a new input, never a cached one); False
+    for a spec compiled once and run many times (Kubeflow). Local paths are made
+    absolute either way.
     """
     from tfx_bridge import beam_runners
     from tfx_bridge.components.pytorch_model_importer import PyTorchModelImporter
@@ -221,6 +243,10 @@ def create_pipeline(
                          "preprocessing_module too.")
     if transform_source and not model_source:
         raise ValueError("transform_source is for hand-over mode (with model_source).")
+    pipeline_root, metadata_path = absolute(pipeline_root), absolute(metadata_path)
+    serving_base_path = absolute(serving_base_path)
+    schema_path, contract_path = _read_by_content(pipeline_root, content_identity,
+                                                  schema_path, contract_path)
     example_gen, statistics_gen, schema_gen, schema_guard = data_components(
         data_root, pattern, schema_path=schema_path, contract_path=contract_path)
     components = [example_gen, statistics_gen, schema_gen, schema_guard]
@@ -239,9 +265,9 @@ def create_pipeline(
         components.append(transform)
     graph = transform.outputs["transform_graph"] if transform else None
     if transform_source:
-        handed = tfx.dsl.Importer(source_uri=transform_source,
-                                  artifact_type=tfx.types.standard_artifacts.TransformGraph
-                                  ).with_id("research_transform_graph")
+        handed = content_importer(transform_source,
+                                  tfx.types.standard_artifacts.TransformGraph,
+                                  "research_transform_graph", content_identity)
         components.append(handed)
         graph = handed.outputs["result"]
     transformed = transform.outputs["transformed_examples"] if transform else None
@@ -260,9 +286,8 @@ def create_pipeline(
             source_model=trainer.outputs["model"], transform_graph=graph,
             examples=example_gen.outputs["examples"], transformed_examples=transformed)
     else:
-        research = tfx.dsl.Importer(source_uri=model_source,
-                                    artifact_type=tfx.types.standard_artifacts.Model
-                                    ).with_id("research_model")
+        research = content_importer(model_source, tfx.types.standard_artifacts.Model,
+                                    "research_model", content_identity)
         components.append(research)
         importer = PyTorchModelImporter(
             source_kind="state_dict", source_model=research.outputs["result"],

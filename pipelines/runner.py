@@ -15,7 +15,7 @@ from tfx_bridge.components.parquet_example_gen import parquet_to_examples as cor
 from tfx_bridge.components.parquet_example_gen import plan as ingest_plan
 from tfx_bridge.components.parquet_example_gen import spec as peg_spec
 from tfx_bridge.errors import BridgeError
-from tfx_bridge.pipelines import demo_data, run_state
+from tfx_bridge.pipelines import demo_data, run_state, spans
 from tfx_bridge.pipelines import pipeline as pipelines
 from tfx_bridge.pipelines.config import PipelineConfig
 from tfx_bridge.storage import fs
@@ -104,26 +104,33 @@ def check_run_inputs(data_root: str, model_source: Optional[str],
     """
     import re
 
-    span = re.compile(r"^span-(\d+)/?$")
     if not fs.isdir(data_root):
         raise RunInputError(f"--data-root {data_root} does not exist.")
-    spans = [d for d in fs.listdir(data_root) if span.fullmatch(d)]
-    if not spans:
+    found = spans.spans(data_root, demo_data.SPAN_PATTERN)  # TFX's rule, refusals named
+    folders = re.compile(r"^span-(\d+)/?$")
+    named = [int(m.group(1)) for m in map(folders.fullmatch, fs.listdir(data_root)) if m]
+    if not found and not named:
         raise RunInputError(
             f"--data-root {data_root} holds no span folders: the pipeline reads "
             f"{demo_data.SPAN_PATTERN!r} under it (e.g. {data_root}/span-1/part-0.parquet).")
-    _check_newest_span(data_root, max(spans, key=lambda d: int(span.fullmatch(d).group(1))))
+    newest = max(found) if found else None
+    if named and (newest is None or max(named) > newest):
+        folder = fs.join(data_root, f"span-{max(named)}")
+        pattern = demo_data.SPAN_PATTERN.split("/", 1)[1]
+        raise RunInputError(
+            f"The newest span folder {folder} holds no file matching {pattern!r} (the "
+            f"pipeline reads {demo_data.SPAN_PATTERN!r}): ExampleGen would silently take an "
+            "older span, or none. Add its Parquet files, or remove the folder.")
+    _check_rows(fs.join(data_root, found[newest].folder))
     if model_source is None:  # trained in the pipeline
         return None, None
     if not fs.isdir(model_source):
         raise RunInputError(f"--model-source {model_source} does not exist.")
     if fs.isfile(fs.join(model_source, model_file)):
         return model_source, None
-    research = sorted((int(span.fullmatch(d).group(1)), d.rstrip("/"))
-                       for d in fs.listdir(model_source) if span.fullmatch(d)
-                       and fs.isfile(fs.join(model_source, d.rstrip("/"), model_file)))
+    research = spans.spans(model_source, f"span-{spans.SPAN_SPEC}/{model_file}")
     if research:
-        chosen = fs.join(model_source, research[-1][1])
+        chosen = fs.join(model_source, research[max(research)].folder)
         return chosen, f"model source: the newest span folder, {chosen}"
     raise RunInputError(
         f"--model-source {model_source} holds no {model_file}: give the research team's "
@@ -131,19 +138,10 @@ def check_run_inputs(data_root: str, model_source: Optional[str],
         "newest is taken).")
 
 
-def _check_newest_span(data_root: str, newest: str) -> None:
-    """The span the pipeline will take must hold rows: ExampleGen's driver would skip
-    a span folder without matching files and silently re-run the previous span, and
-    a span of 0 rows would pass every check and end in an unrelated training error."""
-    import fnmatch
-
-    folder = fs.join(data_root, newest.rstrip("/"))
+def _check_rows(folder: str) -> None:
+    """The span the pipeline will take must hold rows: a span of 0 rows would pass
+    every check and end in an unrelated training error."""
     pattern = demo_data.SPAN_PATTERN.split("/", 1)[1]
-    if not any(fnmatch.fnmatch(f, pattern) for f in fs.listdir(folder)):
-        raise RunInputError(
-            f"The newest span folder {folder} holds no file matching {pattern!r} (the "
-            f"pipeline reads {demo_data.SPAN_PATTERN!r}): ExampleGen would silently take an "
-            "older span, or none. Add its Parquet files, or remove the folder.")
     plan = ingest_plan.plan_ingest(folder, ingest_plan.SplitConfig.parse("all:1", pattern))
     if plan.num_rows == 0:
         raise RunInputError(

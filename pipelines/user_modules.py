@@ -42,21 +42,53 @@ def _load_file(path: str, flag: str):
     return _exec_file(path, path, flag)
 
 
+def _shadowed(name: str):
+    """What ``name`` stands for on the task's path besides the user's file (None:
+    nothing): a standard-library module, or a module or package installed in this
+    environment (what the component image installs too). Folders a previous run
+    added to ``sys.path`` (TFX's unpacked wheels) do not count."""
+    import importlib.machinery
+    import site
+
+    if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+        return "the standard library's module"
+    installed = [*site.getsitepackages(), site.getusersitepackages()]
+    spec = importlib.machinery.PathFinder.find_spec(name, installed)
+    return None if spec is None else f"the installed module {spec.origin or name}"
+
+
 def _exec_file(local: str, shown: str, flag: str):
-    name = "_tfx_bridge_user_" + os.path.splitext(os.path.basename(local))[0]
+    # TFX packages the file into a wheel and imports it by its plain name: check it
+    # under that name, so a name the task would resolve elsewhere fails here.
+    name = os.path.splitext(fs.basename(shown))[0]
+    if not name.isidentifier():
+        raise UserModuleError(f"{flag} {shown}: {name!r} is not a Python module name (TFX "
+                              "imports the file by its name); rename it, e.g. "
+                              f"{''.join(c if c.isalnum() else '_' for c in name)}.py.")
+    shadowed = _shadowed(name)
+    if shadowed:
+        raise UserModuleError(
+            f"{flag} {shown}: a module named {name!r} is {shadowed}, which TFX would import "
+            f"in the task instead of, or on top of, this file. Rename the file (e.g. "
+            f"{name}_module.py).")
     spec = importlib.util.spec_from_file_location(name, local)
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, os.path.dirname(os.path.abspath(local)))  # as TFX's module_file
-    # Registered as imports are: dataclasses and pickling look the module up by name.
+    # Registered while it runs, as imports are (dataclasses look the module up by
+    # name), then put back: TFX imports its own copy from the wheel when it runs.
+    before = sys.modules.get(name)
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # the user's code: any error is theirs to fix
-        sys.modules.pop(name, None)
         raise UserModuleError(f"{flag} {shown} does not import: "
                               f"{describe_failure(e)}.") from e
     finally:
         sys.path.pop(0)
+        if before is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = before
     return module
 
 

@@ -23,6 +23,12 @@ before TensorFlow is imported), recycled after :data:`WORKER_MAX_USES` runs or
 least recently used go first), and leave when idle for
 :data:`WORKER_IDLE_S` or when the caller's process exits.
 
+``fresh=True`` (with ``warm``) runs the module in a process the worker forks for
+that run: the worker's imports without a previous run's state, for modules
+that must start as a fresh interpreter would (absl flags, module globals),
+such as the Kubeflow task commands a local run executes. ``preload`` names the
+modules the worker imports before its first run (default: TensorFlow).
+
 Example:
   >>> from tfx_bridge import child
   >>> child.run_python(["-c", "print('OUT ' + '[1, 2]')"], "OUT ", timeout=60).payload
@@ -43,6 +49,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 WORKER_MODULE = "tfx_bridge.child_worker"
+PRELOAD_ENV = "TFX_BRIDGE_WORKER_PRELOAD"  # the worker's imports (comma-separated)
 WORKER_DONE = "TFX_BRIDGE_WORKER_DONE "
 WORKER_MAX_USES = 40
 WORKER_MAX_RSS = 4 << 30  # bytes: a worker that grew past this is not reused
@@ -59,6 +66,8 @@ class ChildResult:
     returncode: int
     payload: Optional[Any]  # the JSON after the marker; None when the child printed none
     stderr_tail: str  # the last stderr line, or "no output"
+    stdout: str = ""
+    stderr: str = ""
 
 
 # ``python -m`` puts the working folder first on sys.path, so a file there named
@@ -67,6 +76,20 @@ class ChildResult:
 # -m does (runpy, sys.argv[0] its file) with the working folder left off the path.
 _BOOT = ("import sys; del sys.path[0]; module = sys.argv.pop(1); import runpy; "
          "runpy.run_module(module, run_name='__main__', alter_sys=True)")
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies, however the parent dies (Linux's
+    ``PR_SET_PDEATHSIG``; elsewhere a no-op). For a child started to serve one
+    process (a forked run, the local Beam services): used as ``preexec_fn`` or
+    right after ``fork``."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def module_command(module: str, *args: str) -> List[str]:
@@ -89,22 +112,30 @@ def _env(overrides: Optional[Mapping[str, str]]) -> Dict[str, str]:
     return env
 
 
-def _result(returncode: int, stdout: str, stderr: str, marker: str) -> ChildResult:
-    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(marker)), None)
+def _result(returncode: int, stdout: str, stderr: str, marker: Optional[str]
+            ) -> ChildResult:
+    line = None if marker is None else next(
+        (ln for ln in reversed(stdout.splitlines()) if ln.startswith(marker)), None)
     return ChildResult(returncode, None if line is None else json.loads(line[len(marker):]),
-                       (stderr.strip().splitlines() or ["no output"])[-1])
+                       (stderr.strip().splitlines() or ["no output"])[-1], stdout, stderr)
 
 
-def run_python(args: Sequence[str], marker: str, timeout: float,
-               env: Optional[Mapping[str, str]] = None, warm: bool = False) -> ChildResult:
-    """Runs ``python <args>`` with TF's C++ logging quieted (only the last stderr line
-    is kept, and it should be the error), ``env`` added to the environment.
-    ``warm`` (``args`` = ``["-m", module, ...]``): in a warm worker, see the module
-    docstring. Raises subprocess.TimeoutExpired."""
+def run_python(args: Sequence[str], marker: Optional[str], timeout: float,
+               env: Optional[Mapping[str, str]] = None, warm: bool = False,
+               fresh: bool = False, preload: Sequence[str] = ()) -> ChildResult:
+    """Runs ``python <args>`` with TF's C++ logging quieted (the last stderr line is
+    the tail, and it should be the error), ``env`` added to the environment; the
+    payload is the JSON after ``marker`` on stdout (None: no payload is read).
+    ``warm`` (``args`` = ``["-m", module, ...]``): in a warm worker, ``fresh`` in a
+    process forked from it, ``preload`` its imports; see the module docstring.
+    Raises subprocess.TimeoutExpired."""
     if warm:
         if len(args) < 2 or args[0] != "-m":
             raise ValueError(f"a warm child runs a module (-m NAME ...), got {list(args)[:2]}")
-        return _POOL.run(args[1], list(args[2:]), marker, timeout, _env(env))
+        env = dict(env or {})
+        if preload:
+            env[PRELOAD_ENV] = ",".join(preload)
+        return _POOL.run(args[1], list(args[2:]), marker, timeout, _env(env), fresh)
     proc = subprocess.run(_command(args), capture_output=True, text=True,
                           timeout=timeout, env=_env(env))
     return _result(proc.returncode, proc.stdout, proc.stderr, marker)
@@ -138,13 +169,14 @@ class _Worker:
             except OSError:
                 pass
 
-    def run(self, module: str, argv: List[str], marker: str, timeout: float
-            ) -> Tuple[ChildResult, bool]:
+    def run(self, module: str, argv: List[str], marker: Optional[str], timeout: float,
+            fresh: bool = False) -> Tuple[ChildResult, bool]:
         """(result, worker still usable)."""
         self.uses += 1
         with tempfile.TemporaryDirectory(prefix="tfx-bridge-child-") as tmp:
             out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
-            request = {"module": module, "argv": argv, "stdout": out, "stderr": err}
+            request = {"module": module, "argv": argv, "stdout": out, "stderr": err,
+                       "fork": fresh}
             code: Optional[int] = None
             try:
                 self.proc.stdin.write(json.dumps(request) + "\n")
@@ -187,14 +219,16 @@ class _Pool:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._idle: Dict[Tuple[Tuple[str, str], ...], List[_Worker]] = {}
+        self._idle: Dict[Tuple[bool, Tuple[Tuple[str, str], ...]], List[_Worker]] = {}
         self._pid = os.getpid()
 
-    def run(self, module: str, argv: List[str], marker: str, timeout: float,
-            env: Dict[str, str]) -> ChildResult:
-        key = tuple(sorted(env.items()))
+    def run(self, module: str, argv: List[str], marker: Optional[str], timeout: float,
+            env: Dict[str, str], fresh: bool = False) -> ChildResult:
+        # A worker that forks runs nothing itself, so it never holds a TF runtime that
+        # a fork would inherit mid-use: it is never shared with in-process runs.
+        key = (fresh, tuple(sorted(env.items())))
         worker = self._take(key)
-        result, alive = worker.run(module, argv, marker, timeout)
+        result, alive = worker.run(module, argv, marker, timeout, fresh)
         surplus: List[_Worker] = []
         if alive and worker.reusable():
             with self._lock:
@@ -220,7 +254,7 @@ class _Pool:
                 if worker.reusable():
                     return worker
                 worker.stop()
-        return _Worker(dict(key))
+        return _Worker(dict(key[1]))
 
     def close(self) -> None:
         with self._lock:

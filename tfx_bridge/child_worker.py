@@ -10,14 +10,20 @@ request runs the module as ``python -m module argv...`` would (``runpy``,
 then restores argv, the environment and the working folder, and answers
 ``TFX_BRIDGE_WORKER_DONE <exit status>`` on its own copy of stdout. It leaves
 on end of input (its caller is gone) or after ``child.WORKER_IDLE_S`` idle.
+
+A request with ``"fork": true`` runs in a process forked from the worker for that
+one run, so the run starts from the worker's imports but never from a previous
+run's state (module globals, absl flags, TF's runtime): a fresh interpreter's
+start without its import cost. The worker itself never runs TF, so nothing it
+forks inherits a running TF thread pool; the forked run exits as the interpreter
+would (atexit handlers, flushed streams) and dies with the worker
+(``PR_SET_PDEATHSIG``), so a caller that kills a hung worker kills the run too.
 No TFX imports.
 """
 import os
 
-PRELOAD_ENV = "TFX_BRIDGE_WORKER_PRELOAD"  # modules imported at start (default tensorflow)
 
-
-def _run(request: dict) -> int:
+def _run(request: dict, at_exit=None) -> int:
     import runpy
     import sys
     import traceback
@@ -53,6 +59,11 @@ def _run(request: dict) -> int:
         traceback.print_exc()
         code = 1
     finally:
+        if at_exit is not None:  # as the interpreter's exit: argv, files and cwd still the run's
+            try:
+                at_exit()
+            except BaseException:  # noqa: BLE001 (the run's own exit handlers: its output)
+                traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(saved_fds[0], 1)
@@ -66,13 +77,35 @@ def _run(request: dict) -> int:
     return code
 
 
+def _run_forked(request: dict) -> int:
+    """``_run`` in a child process; its exit status (negative: killed by that signal)."""
+    import atexit
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            from tfx_bridge.child import die_with_parent
+
+            die_with_parent()
+            # atexit handlers run as interpreter exit runs them (tempfile, pools, Beam).
+            code = _run(request, at_exit=atexit._run_exitfuncs)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 def main() -> None:
     import gc
     import json
     import select
     import sys
 
-    from tfx_bridge.child import WORKER_DONE, WORKER_IDLE_S
+    from tfx_bridge.child import PRELOAD_ENV, WORKER_DONE, WORKER_IDLE_S
 
     # Requests come on stdin and answers go on a private copy of stdout: whatever
     # a module prints (fd 1 included) goes to its own files, never into the protocol.
@@ -97,7 +130,8 @@ def main() -> None:
         line = requests.readline()
         if not line:
             return  # the caller is gone
-        code = _run(json.loads(line))
+        request = json.loads(line)
+        code = _run_forked(request) if request.get("fork") else _run(request)
         gc.collect()
         answers.write(f"{WORKER_DONE}{code}\n")
 

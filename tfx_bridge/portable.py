@@ -32,6 +32,7 @@ import tempfile
 import time
 from typing import Iterator, Tuple
 
+from tfx_bridge import child
 from tfx_bridge.errors import BridgeError
 
 JOB_SERVICE_LOG = "job_service.log"
@@ -91,7 +92,10 @@ def local_services(log_dir: str, cwd: str = None) -> Iterator[Tuple[str, str]]:
                 procs.append((subprocess.Popen(
                     [sys.executable, "-m", module, *args], stdout=out,
                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
-                    start_new_session=True), os.path.join(log_dir, log)))
+                    # They serve this process only: gone with it even when it is
+                    # SIGKILLed and no finally runs.
+                    start_new_session=True, preexec_fn=child.die_with_parent),
+                    os.path.join(log_dir, log)))
         deadline = time.monotonic() + START_TIMEOUT_S
         for (proc, log), port, what in zip(procs, (job_port, pool_port),
                                            ("job service", "worker pool"), strict=True):

@@ -34,6 +34,9 @@ def test_create_pipeline_training_mode_wires_transform_trainer_and_importer(tmp_
 
 
 def test_create_pipeline_handover_with_transform_source_serves_that_graph(tmp_path):
+    for folder in ("research", "research_tft"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "file").write_text(folder)
     p = pipelines.create_pipeline(
         "t", str(tmp_path / "root"), str(tmp_path / "data"), str(tmp_path / "research"),
         str(tmp_path / "s"), preprocessing_module=pipelines.DEMO_PREPROCESSING,

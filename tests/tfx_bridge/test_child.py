@@ -130,3 +130,82 @@ def test_run_python_file_in_working_folder_named_like_module_not_imported(
                               warm=warm)
     assert result.returncode == 0, result.stderr_tail
     assert result.payload == "relative ok"
+
+
+_FRESH_PROBE = """import atexit, json, os, sys
+STATE = globals().setdefault("STATE", [])
+import preloaded
+preloaded.RUNS.append(sys.argv[1])
+atexit.register(lambda: open(sys.argv[2], "w").write("atexit ran"))
+if sys.argv[1] == "hang":
+    import time
+    time.sleep(60)
+print("OUT " + json.dumps({"pid": os.getpid(), "parent": os.getppid(),
+                           "runs": preloaded.RUNS, "loaded": preloaded.LOADED_IN}))
+sys.exit(3 if sys.argv[1] == "three" else 0)
+"""
+
+
+def _fresh_module(tmp_path) -> dict:
+    (tmp_path / "preloaded.py").write_text("import os\nRUNS = []\nLOADED_IN = os.getpid()\n")
+    return _module(tmp_path, _FRESH_PROBE)
+
+
+def test_run_python_fresh_each_run_starts_from_the_workers_imports_not_a_previous_run(
+        tmp_path):
+    env = _fresh_module(tmp_path)
+    marks = [tmp_path / f"atexit{i}" for i in range(2)]
+    runs = [child.run_python(["-m", "probe", arg, str(mark)], "OUT ", timeout=60, env=env,
+                             warm=True, fresh=True, preload=["preloaded"])
+            for arg, mark in zip(["a", "three"], marks, strict=True)]
+    first, second = (r.payload for r in runs)
+    assert runs[0].returncode == 0 and runs[1].returncode == 3
+    # Separate processes forked from one worker, which imported the preload once.
+    assert first["pid"] != second["pid"] and first["parent"] == second["parent"]
+    assert first["loaded"] == second["loaded"] == first["parent"]
+    assert first["runs"] == ["a"] and second["runs"] == ["three"]  # no state carried over
+    assert all(m.read_text() == "atexit ran" for m in marks)  # exits as the interpreter does
+    assert runs[1].stdout.startswith("OUT ")
+
+
+def test_run_python_fresh_hang_times_out_and_the_run_dies_with_its_worker(tmp_path):
+    import os
+    import time
+
+    env = _fresh_module(tmp_path)
+    ok = child.run_python(["-m", "probe", "a", str(tmp_path / "m")], "OUT ", timeout=60,
+                          env=env, warm=True, fresh=True, preload=["preloaded"])
+    worker = ok.payload["parent"]
+    with pytest.raises(subprocess.TimeoutExpired, match="probe"):
+        child.run_python(["-m", "probe", "hang", str(tmp_path / "h")], "OUT ", timeout=3,
+                         env=env, warm=True, fresh=True, preload=["preloaded"])
+    runs = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    hung = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        hung = [p for p in runs if _parent_of(p) == worker]
+        if not hung and not os.path.exists(f"/proc/{worker}"):
+            break
+        time.sleep(0.2)
+        runs = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    assert not hung, "the hung run outlived its killed worker"
+    after = child.run_python(["-m", "probe", "b", str(tmp_path / "b")], "OUT ", timeout=60,
+                             env=env, warm=True, fresh=True, preload=["preloaded"])
+    assert after.returncode == 0 and after.payload["parent"] != worker
+
+
+def test_run_python_fresh_and_in_process_runs_never_share_a_worker(tmp_path):
+    env = _fresh_module(tmp_path)
+    fresh = child.run_python(["-m", "probe", "a", str(tmp_path / "m")], "OUT ", timeout=60,
+                             env=env, warm=True, fresh=True, preload=["preloaded"])
+    plain = child.run_python(["-m", "probe", "b", str(tmp_path / "n")], "OUT ", timeout=60,
+                             env=env, warm=True, preload=["preloaded"])
+    assert plain.payload["pid"] != fresh.payload["parent"]
+
+
+def _parent_of(pid: int):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None

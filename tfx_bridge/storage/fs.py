@@ -166,6 +166,35 @@ def hash_file(h, path: str, chunk: int = 1 << 20) -> None:
             h.update(block)
 
 
+def content_digest(path: str) -> str:
+    """sha256 of what ``path`` holds: a file's bytes, or a folder's files (each
+    relative path, then its bytes, in sorted order). Two paths with this digest
+    hold the same content, whatever their names or times; it changes with one byte.
+
+    >>> import tempfile, os
+    >>> folder = tempfile.mkdtemp()
+    >>> write_text(os.path.join(folder, "a.txt"), "1")
+    >>> before = content_digest(folder)
+    >>> write_text(os.path.join(folder, "a.txt"), "2")
+    >>> before != content_digest(folder)
+    True
+    """
+    import hashlib
+
+    h = hashlib.sha256()
+    if not isdir(path):
+        h.update(b"file\0")
+        hash_file(h, path)
+        return h.hexdigest()
+    h.update(b"folder\0")
+    for rel in files_under(path):
+        file = join(path, rel)
+        # The length before the bytes: no two trees frame into one byte stream.
+        h.update(f"{rel}\0{size(file)}\0".encode())
+        hash_file(h, file)
+    return h.hexdigest()
+
+
 def copy(src: str, dst: str, overwrite: bool = True) -> None:
     source, target = _backend(src), _backend(dst)
     if source is target:

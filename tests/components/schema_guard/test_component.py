@@ -90,7 +90,8 @@ def test_kubeflow_v2_compile_with_schema_guard(tmp_path):
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
     p = pipelines.create_data_pipeline("kfp-data", "gs://bucket/root", "gs://bucket/data",
-                                       contract_path="gs://bucket/demo.contract.yaml")
+                                       contract_path="gs://bucket/demo.contract.yaml",
+                                       content_identity=False)
     kubeflow_v2_dag_runner.KubeflowV2DagRunner(
         config=kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
             default_image="example.com/tfx-bridge:test"),
