@@ -39,6 +39,31 @@ def build_parser() -> Parser:
     return parser
 
 
+def _vanished_output(error: OSError, args):
+    """A ResourceError when ``error`` is a path under one of the verb's output folders
+    that is gone (removed while the verb wrote there); None otherwise."""
+    import errno
+
+    from tfx_bridge.errors import ResourceError
+
+    if error.errno != errno.ENOENT or not error.filename:
+        return None
+    missing = os.path.abspath(str(error.filename))
+    for key in ("output", "workdir", "base_path"):
+        folder = getattr(args, key, None)
+        if folder and "://" not in folder:
+            folder = os.path.abspath(folder)
+            # Gone with a folder it was written into, not a file the verb never made.
+            if (missing == folder or missing.startswith(folder + os.sep)) and (
+                    not os.path.isdir(folder)
+                    or not os.path.isdir(os.path.dirname(missing))):
+                return ResourceError(
+                    f"{missing} vanished while tfx-bridge {args.verb} wrote there (was "
+                    f"--{key.replace('_', '-')} {folder} removed or moved?): rerun with "
+                    "the folder left in place while the verb runs.")
+    return None
+
+
 def _outputs_of(args) -> str:
     """Where a verb works, for an OSError that names no file."""
     given = [f"--{k.replace('_', '-')} {v}" for k in ("output", "workdir", "base_path",
@@ -95,9 +120,21 @@ def _main(argv: Optional[List[str]] = None) -> int:
         quiet_libraries()
     logging.basicConfig(level=logging.INFO if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    from tfx_bridge.errors import BridgeError, Busy, CheckFailed, resource_error
+    from tfx_bridge.errors import (
+        BridgeError,
+        Busy,
+        CheckFailed,
+        os_error_within,
+        resource_error,
+    )
 
     try:
+        if getattr(args, "beam_runner", None) is not None:
+            # A runner preset that cannot work is refused now, before TFX loads and
+            # local Beam services start (seconds to minutes in).
+            from tfx_bridge.cli import run_env
+
+            run_env.beam_settings(args)
         summary = args.func(args)
         code = summary.pop("_exit", EXIT_OK) if isinstance(summary, dict) else EXIT_OK
         sys.stdout.flush()  # here, where a reader that left is caught, not at exit
@@ -130,10 +167,13 @@ def _main(argv: Optional[List[str]] = None) -> int:
             return _reader_gone()  # stdout's reader left: not a bug, nothing to say
         if args.debug:
             raise
-        # A full, read-only or forbidden disk is the machine's refusal, not a bug.
-        named = (resource_error(e, e.filename or _outputs_of(args), "accessing",
-                                writing=False)
-                 if isinstance(e, OSError) else None)
+        # A full, read-only or forbidden disk is the machine's refusal, not a bug, also
+        # when Beam or TF re-raised it as another error; an output folder removed
+        # while the verb wrote into it is the user's doing, not a bug either.
+        cause = os_error_within(e)
+        named = None if cause is None else (
+            resource_error(cause, cause.filename or _outputs_of(args), "accessing",
+                           writing=False) or _vanished_output(cause, args))
         if named is not None:
             print(f"tfx-bridge {args.verb}: {named}", file=sys.stderr)
             summary, code = {"error": str(named), "error_type": type(named).__name__}, \

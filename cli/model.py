@@ -167,8 +167,8 @@ def add_parser(sub) -> None:
     imp.add_argument("--output", required=True,
                      help="Model artifact folder (gets Format-Serving/ and the report)")
     imp.add_argument("--opset", type=int, default=importer.opset)
-    imp.add_argument("--atol", type=float, default=importer.atol)
-    imp.add_argument("--rtol", type=float, default=importer.rtol)
+    imp.add_argument("--atol", type=number_between(0.0, math.inf), default=importer.atol)
+    imp.add_argument("--rtol", type=number_between(0.0, math.inf), default=importer.rtol)
     imp.add_argument("--examples", default=None,
                      help="Examples folder: check with real inputs instead of random ones")
     imp.add_argument("--schema", default=None,

@@ -2,9 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any, Dict
 
-from tfx_bridge.cli.common import EXIT_CHECK_FAILED, EXIT_OK, Progress, add_common, positive_int
+from tfx_bridge.cli.common import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    Progress,
+    add_common,
+    number_between,
+    positive_int,
+)
 
 
 def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
@@ -63,7 +71,8 @@ def add_parser(sub) -> None:
     psh.add_argument("--server-base-path", default=defaults.server_base_path,
                      help="where the server sees --base-path (models.config and the manifest's "
                           f"mount use it; default {defaults.server_base_path})")
-    psh.add_argument("--lock-timeout", type=float, default=PusherConfig.LOCK_TIMEOUT_S,
+    psh.add_argument("--lock-timeout", type=number_between(0.0, math.inf),
+                     default=PusherConfig.LOCK_TIMEOUT_S,
                      help="seconds to wait for another push's lock before exit 4 (busy)")
     add_common(psh)
     psh.set_defaults(func=cmd_push)

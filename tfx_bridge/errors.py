@@ -67,6 +67,42 @@ def resource_error(error: OSError, path, doing: str = "writing", intact: bool = 
         + (" Nothing was half-written: the previous state is as it was." if intact else ""))
 
 
+def os_error_within(error: BaseException):
+    """The OSError ``error`` is, or wraps: Beam re-raises a worker's or a background
+    writer's ``OSError`` as another type (its ``__cause__`` or ``__context__``, or
+    only its ``[Errno N] text: 'path'`` in the message), TF as its own status
+    errors. None when there is none.
+
+    >>> try:
+    ...     try:
+    ...         raise OSError(28, "No space left on device", "/out/part-0")
+    ...     except OSError as e:
+    ...         raise RuntimeError("writer failed") from e
+    ... except RuntimeError as wrapped:
+    ...     os_error_within(wrapped).filename
+    '/out/part-0'
+    >>> os_error_within(RuntimeError("OSError: [Errno 30] Read-only file system: '/x/y' "
+    ...                              "[while running 'Write']")).errno
+    30
+    """
+    import re
+
+    seen = set()
+    stack = [error]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen or len(seen) > 50:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno:
+            return e
+        stack += [e.__context__, e.__cause__]
+    found = re.search(r"\[Errno (\d+)\] ([^:\]\n]+)(?:: '([^'\n]*)')?", str(error))
+    if found:
+        return OSError(int(found.group(1)), found.group(2).strip(), found.group(3))
+    return None
+
+
 # Lines TF puts before the message that says what went wrong.
 _NOISE = ("Graph execution error", "Detected at", "Traceback", "File ", "[[",
           "<stack traces")

@@ -65,12 +65,19 @@ class Holder:
 
     @classmethod
     def parse(cls, text: str) -> Optional[Holder]:
-        """The holder a lock file names; None when it names none (or not readably)."""
+        """The holder a lock file names; None when it names none (or not readably):
+        the file is untrusted, read with the bounded JSON reader every other file
+        goes through, and a pid that is no int (``Infinity``, ``1e999``) names no one."""
+        from tfx_bridge.limits import LimitError, loads_json
+
         try:
-            fields = json.loads(text)
-            return cls(int(fields["pid"]), str(fields["host"]), str(fields["started"]),
+            fields = loads_json(text, "the lock file", max_bytes=_MAX_HOLDER_BYTES)
+            pid = fields["pid"]
+            if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+                return None
+            return cls(pid, str(fields["host"]), str(fields["started"]),
                        str(fields["command"]))
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, LimitError):
             return None
 
 
@@ -94,6 +101,9 @@ def open_lock_file(path: str) -> int:
         if e.errno == errno.ELOOP:
             raise RunLockError(f"{path} is a symlink; remove it (a lock is a plain file "
                                "tfx-bridge makes itself, never a link).") from e
+        if e.errno == errno.EISDIR:
+            raise RunLockError(f"{path} is a folder; remove it (a lock is a plain file "
+                               "tfx-bridge makes itself).") from e
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
@@ -148,10 +158,11 @@ def run_lock(folder: str, timeout_s: float = 0.0, command: Optional[str] = None,
         if not wait_for_flock(fd, timeout_s, poll_s=0.2):
             holder = Holder.parse(_read(fd))
             who = holder.describe() if holder else "a holder that has not said who"
-            waited = f" for {timeout_s:g}s" if timeout_s else ""
+            waited = (f"Waited {timeout_s:g}s for it" if timeout_s
+                      else "Not waiting for it (--lock-timeout 0)")
             raise RunLocked(
-                f"Another run holds {what} ({path}): {who}. Waited{waited or ' not'}; this "
-                "is a lock, not bad input: retry when it finishes, or wait for it with "
+                f"Another run holds {what} ({path}): {who}. {waited}. Nothing is wrong "
+                "with the input: retry when that run finishes, or wait for it with "
                 "--lock-timeout SECONDS.")
         # A holder that finished emptied the file; one still named here died holding it.
         taken_over = Holder.parse(_read(fd))

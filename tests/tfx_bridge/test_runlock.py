@@ -33,7 +33,7 @@ def test_run_lock_held_by_another_process_refused_at_once_naming_it(tmp_path):
     try:
         start = time.monotonic()
         with pytest.raises(RunLocked, match=rf"Another run holds this workdir .*pid {proc.pid} "
-                           r"on .*command: tfx-bridge run --workdir w\. Waited not"):
+                           r"on .*command: tfx-bridge run --workdir w\. Not waiting for it"):
             with run_lock(str(tmp_path)):
                 pass
         assert time.monotonic() - start < 5
@@ -46,7 +46,7 @@ def test_run_lock_waits_for_timeout_then_refused(tmp_path):
     proc = _holder(str(tmp_path))
     try:
         start = time.monotonic()
-        with pytest.raises(RunLocked, match=r"Waited for 1s"):
+        with pytest.raises(RunLocked, match=r"Waited 1s for it"):
             with run_lock(str(tmp_path), timeout_s=1):
                 pass
         assert time.monotonic() - start >= 1
@@ -92,5 +92,23 @@ def test_run_lock_file_not_a_plain_file_refused_without_hanging(tmp_path, kind):
     else:
         os.symlink(tmp_path / "elsewhere", path)
     with pytest.raises(RunLockError, match=r"(is a symlink|is not a regular file); remove it"):
+        with run_lock(str(tmp_path)):
+            pass
+
+
+@pytest.mark.parametrize("content", ['{"pid": Infinity, "host": "h", "started": "s", '
+                                     '"command": "c"}', "[" * 3000, '{"pid": 1e999}',
+                                     '{"pid": true, "host": "h", "started": "s", "command": "c"}',
+                                     "\xff\xfe not json"])
+def test_run_lock_file_with_garbage_names_no_one_and_is_taken(tmp_path, content):
+    (tmp_path / LOCK_FILE).write_text(content, errors="surrogateescape")
+    with run_lock(str(tmp_path)) as taken_over:
+        assert taken_over is None
+        assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
+
+
+def test_run_lock_file_that_is_a_folder_refused_naming_it(tmp_path):
+    (tmp_path / LOCK_FILE).mkdir()
+    with pytest.raises(RunLockError, match=r"is a folder; remove it"):
         with run_lock(str(tmp_path)):
             pass

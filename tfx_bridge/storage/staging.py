@@ -70,7 +70,8 @@ def staged_output(output: str, owned: Sequence[str], verb: str) -> Iterator[str]
         yield stage
     except BaseException:
         fs.remove(stage)
-        if created and not fs.listdir(output):  # a refused first run leaves no folder
+        # A refused first run leaves no folder (nor fails again on one removed meanwhile).
+        if created and fs.isdir(output) and not fs.listdir(output):
             fs.remove(output)
         raise
     _swap_in(output, stage, child(output, REPLACED_PREFIX + run_id))
