@@ -38,6 +38,10 @@ from tfx_bridge.errors import BridgeError
 JOB_SERVICE_LOG = "job_service.log"
 WORKER_POOL_LOG = "worker_pool.log"
 START_TIMEOUT_S = 120.0
+# Each service binds port 0 and writes the port it got to this file: no port is
+# probed free and then bound by another process (which another program could take
+# in between).
+PORT_FILE_ENV = "TFX_BRIDGE_SERVICE_PORT_FILE"
 
 
 class PortableServicesError(BridgeError):
@@ -49,6 +53,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _bound_port(port_file: str):
+    """The port a service wrote it bound (None until it has)."""
+    try:
+        with open(port_file, encoding="ascii") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return int(text) if text.strip().isdigit() else None
+
+
+def _report_port(port: int) -> None:
+    """Writes the first port this process bound to :data:`PORT_FILE_ENV`'s file
+    (whole, by a rename), once."""
+    path = os.environ.pop(PORT_FILE_ENV, None)
+    if path and port:
+        with open(path + ".tmp", "w", encoding="ascii") as f:
+            f.write(str(port))
+        os.replace(path + ".tmp", path)
 
 
 def _listening(port: int) -> bool:
@@ -78,38 +102,41 @@ def local_services(log_dir: str, cwd: str = None) -> Iterator[Tuple[str, str]]:
     """Starts a job service and a worker pool; yields (job endpoint, environment
     config), both ``127.0.0.1:PORT``; stops both (and the pool's workers) after."""
     os.makedirs(log_dir, exist_ok=True)
-    job_port, pool_port = free_port(), free_port()
     env = worker_env()
     env["TMPDIR"] = tempfile.mkdtemp(prefix="workers-tmp-", dir=log_dir)
     cwd = log_dir if cwd is None else cwd
     procs = []
     try:
-        for module, args, log in (
-                ("tfx_bridge.portable", ["jobs", "--port", str(job_port)], JOB_SERVICE_LOG),
-                ("tfx_bridge.portable", ["workers", f"--service_port={pool_port}"],
-                 WORKER_POOL_LOG)):
+        for args, log in ((["jobs", "--port", "0"], JOB_SERVICE_LOG),
+                          (["workers", "--service_port=0"], WORKER_POOL_LOG)):
+            port_file = os.path.join(env["TMPDIR"], log + ".port")
             with open(os.path.join(log_dir, log), "ab") as out:
                 procs.append((subprocess.Popen(
-                    [sys.executable, "-m", module, *args], stdout=out,
-                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+                    [sys.executable, "-m", "tfx_bridge.portable", *args], stdout=out,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env={**env, PORT_FILE_ENV: port_file}, cwd=cwd,
                     # They serve this process only: gone with it even when it is
                     # SIGKILLed and no finally runs.
                     start_new_session=True, preexec_fn=child.die_with_parent),
-                    os.path.join(log_dir, log)))
+                    os.path.join(log_dir, log), port_file))
         deadline = time.monotonic() + START_TIMEOUT_S
-        for (proc, log), port, what in zip(procs, (job_port, pool_port),
-                                           ("job service", "worker pool"), strict=True):
-            while not _listening(port):
+        ports = []
+        for (proc, log, port_file), what in zip(procs, ("job service", "worker pool"),
+                                                strict=True):
+            port = _bound_port(port_file)
+            while port is None or not _listening(port):
                 ended = proc.poll()
                 if ended is not None or time.monotonic() > deadline:
                     why = f"exit {ended}" if ended is not None else "timed out"
                     raise PortableServicesError(
-                        f"the local Beam {what} did not start on 127.0.0.1:{port} ({why}); "
+                        f"the local Beam {what} did not start on 127.0.0.1 ({why}); "
                         f"its log {log}: {_tail(log) or '(empty)'}")
                 time.sleep(0.2)
-        yield f"127.0.0.1:{job_port}", f"127.0.0.1:{pool_port}"
+                port = _bound_port(port_file)
+            ports.append(port)
+        yield f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"
     finally:
-        for proc, _ in procs:
+        for proc, _, _ in procs:
             _stop(proc)
         shutil.rmtree(env["TMPDIR"], ignore_errors=True)
 
@@ -146,7 +173,9 @@ def _loopback_only() -> None:
             host, _, port = address.rpartition(":")
             if host in ("[::]", "0.0.0.0", "", "localhost", "[::1]"):
                 address = f"127.0.0.1:{port}"
-            return add(address)
+            bound = add(address)
+            _report_port(bound)  # the service's own port: the first it binds
+            return bound
 
         made.add_insecure_port = add_insecure_port
         return made

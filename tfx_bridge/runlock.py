@@ -92,11 +92,28 @@ def _read(fd: int) -> str:
     return os.pread(fd, _MAX_HOLDER_BYTES, 0).decode("utf-8", errors="replace")
 
 
-def open_lock_file(path: str) -> int:
-    """A lock file (created if absent), opened without following a symlink or
-    blocking on a FIFO: the one opener of every lock (run locks, the pusher's)."""
+def open_folder(folder: str) -> int:
+    """A folder's descriptor, refusing a symlink in its place at the moment it is
+    opened (``O_NOFOLLOW``): files opened through it (``dir_fd``) are inside the
+    folder that was checked, whatever is swapped in at its path meanwhile."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            what = "a symlink" if os.path.islink(folder) else "not a folder"
+            raise RunLockError(f"{folder} is {what}; a lock's folder must be a real folder "
+                               "(a link would carry the lock and what it guards "
+                               "elsewhere).") from e
+        raise
+
+
+def open_lock_file(path: str, dir_fd: Optional[int] = None) -> int:
+    """A lock file (created if absent), opened without following a symlink or
+    blocking on a FIFO: the one opener of every lock (run locks, the pusher's).
+    With ``dir_fd`` (:func:`open_folder`) ``path`` is its name inside that folder."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644,
+                     dir_fd=dir_fd)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise RunLockError(f"{path} is a symlink; remove it (a lock is a plain file "

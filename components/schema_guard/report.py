@@ -144,6 +144,18 @@ _HEADERS = ["split", "feature", "check", "expected", "actual", "records", "first
             "fix"]
 
 
+def md_text(value) -> str:
+    """A user string (a feature name, a path) as inert Markdown text: HTML entities for
+    ``& < >`` (renderers pass raw HTML through), a backslash before Markdown's
+    punctuation, one line.
+
+    >>> print(md_text("<script>x</script> | *a*"))
+    &lt;script&gt;x&lt;/script&gt; \\| \\*a\\*
+    """
+    text = html.escape(" ".join(str(value).split()), quote=False)
+    return "".join("\\" + c if c in "\\`*_[]|#!" else c for c in text)
+
+
 def _markdown(findings: Findings, splits, context, blessed: bool) -> str:
     lines = ["# SchemaGuard report", ""]
     status = ("**clean: blessed**" if blessed
@@ -151,7 +163,7 @@ def _markdown(findings: Findings, splits, context, blessed: bool) -> str:
     lines.append(f"Result: {status}")
     lines.append("")
     for k, v in context.items():
-        lines.append(f"- {k}: {v}")
+        lines.append(f"- {md_text(k)}: {md_text(v)}")
     lines.append("- records checked: " + ", ".join(
         f"{s}: {findings.records.get(s, 0)}" for s in splits))
     lines.append("")
@@ -159,7 +171,7 @@ def _markdown(findings: Findings, splits, context, blessed: bool) -> str:
         lines.append("| " + " | ".join(_HEADERS) + " |")
         lines.append("|" + "---|" * len(_HEADERS))
         for row in _rows(findings):
-            lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |")
+            lines.append("| " + " | ".join(md_text(c) for c in row) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -32,7 +32,7 @@ from tfx_bridge.components.serving_pusher.errors import (
 )
 from tfx_bridge.components.serving_pusher.state import State, integer_folders
 from tfx_bridge.errors import resource_error
-from tfx_bridge.runlock import open_lock_file, wait_for_flock
+from tfx_bridge.runlock import open_folder, open_lock_file, wait_for_flock
 from tfx_bridge.storage import fs
 from tfx_bridge.storage.names import child
 
@@ -76,7 +76,13 @@ def push_lock(model_root: str, timeout_s: float = PusherConfig.LOCK_TIMEOUT_S):
     the holder dies)."""
     check_model_root(model_root)
     os.makedirs(model_root, exist_ok=True)
-    fd = open_lock_file(os.path.join(model_root, LOCK_FILE))
+    # Opened through the folder's own descriptor, taken without following a link:
+    # a link swapped in after the check above cannot carry the lock elsewhere.
+    folder = open_folder(model_root)
+    try:
+        fd = open_lock_file(LOCK_FILE, dir_fd=folder)
+    finally:
+        os.close(folder)
     try:
         if not wait_for_flock(fd, timeout_s):
             raise PushLocked(

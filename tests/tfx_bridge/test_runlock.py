@@ -112,3 +112,23 @@ def test_run_lock_file_that_is_a_folder_refused_naming_it(tmp_path):
     with pytest.raises(RunLockError, match=r"is a folder; remove it"):
         with run_lock(str(tmp_path)):
             pass
+
+
+def test_open_folder_symlink_swapped_in_refused_and_a_held_descriptor_stays_inside(tmp_path):
+    from tfx_bridge.runlock import open_folder, open_lock_file
+
+    real, elsewhere = tmp_path / "model", tmp_path / "elsewhere"
+    real.mkdir()
+    elsewhere.mkdir()
+    folder = open_folder(str(real))
+    try:
+        # The path is swapped for a link after the folder was opened: the lock is
+        # still made in the folder that was opened, never where the link points.
+        os.rename(real, tmp_path / "moved")
+        os.symlink(elsewhere, real)
+        os.close(open_lock_file(LOCK_FILE, dir_fd=folder))
+    finally:
+        os.close(folder)
+    assert (tmp_path / "moved" / LOCK_FILE).exists() and not (elsewhere / LOCK_FILE).exists()
+    with pytest.raises(RunLockError, match="is a symlink; a lock's folder must be a real"):
+        open_folder(str(real))

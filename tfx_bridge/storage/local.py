@@ -53,6 +53,21 @@ def read_bytes(path: str, nofollow: bool = False) -> bytes:
         return f.read()
 
 
+def _umask() -> int:
+    """This process's umask: from /proc (Linux), else by setting it and back (which a
+    thread creating a file at that moment could see)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_bytes(path: str, data: bytes, sync: bool = False) -> None:
     """``sync`` fsyncs the file and its folder, so the write survives a power loss."""
     parent = os.path.dirname(path)
@@ -60,6 +75,10 @@ def write_bytes(path: str, data: bytes, sync: bool = False) -> None:
         os.makedirs(parent, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=parent or ".", prefix=".tmp-")
     try:
+        # mkstemp makes the file 0600; what it replaces is read by others (TF Serving
+        # running as another user reads models.config and the batching file), so it
+        # gets the mode any file this process creates gets: 0666 under the umask.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             if sync:

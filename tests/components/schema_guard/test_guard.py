@@ -298,7 +298,8 @@ def test_report_writes_tfdv_anomalies_and_readable_reports(tmp_path):
     findings = run(tmp_path, lambda r: r.update(hour=[30]))
     schema = text_format.Parse(SCHEMA, schema_pb2.Schema())
     out = str(tmp_path / "report")
-    summary = report.write_reports(out, findings, ["train"], schema, {"examples": "x"})
+    summary = report.write_reports(out, findings, ["train"], schema,
+                                   {"examples": "<img src=x onerror=alert(1)>"})
     assert summary["blessed"] is False and summary["findings"] == 1
     with open(os.path.join(out, "Split-train", report.ANOMALIES_FILE), "rb") as f:
         anomalies = anomalies_pb2.Anomalies.FromString(f.read())
@@ -313,9 +314,12 @@ def test_report_writes_tfdv_anomalies_and_readable_reports(tmp_path):
         doc = json.load(f)
     assert doc["blessed"] is False and doc["findings"][0]["feature"] == "hour"
     md = open(os.path.join(out, report.REPORT_MD)).read()
-    assert "not blessed" in md and "| train | hour | data_vs_schema.domain |" in md
+    assert "not blessed" in md and r"| train | hour | data\_vs\_schema.domain |" in md
     html = open(os.path.join(out, report.REPORT_HTML)).read()
     assert "<td>hour</td>" in html and "not blessed" in html
+    # A user's string is text in every format, never markup a viewer would run.
+    assert "<img" not in md and "&lt;img src=x onerror=alert(1)&gt;" in md
+    assert "<img" not in html
 
 
 def test_contract_file_bad_dtype_listed(tmp_path):

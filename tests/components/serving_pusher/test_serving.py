@@ -260,3 +260,40 @@ def test_push_while_another_holds_the_lock_exit_4_busy(models, tmp_path):
     assert "busy, retry later" in proc.stderr and "Traceback" not in proc.stderr
     assert '"error_type": "PushLocked"' in proc.stdout.strip().splitlines()[-1]
     assert state.versions(str(base / "ctr")) == []
+
+
+def test_push_configs_readable_by_the_server_user_with_the_umask_mode(models):
+    """TF Serving often runs as another user than the pusher: every file the push
+    writes gets the mode new files get (0666 under the umask), as the version's do."""
+    import shutil
+    import stat
+    import tempfile
+
+    old = os.umask(0o022)
+    top = tempfile.mkdtemp(prefix="tfx-bridge-modes-")
+    try:
+        os.chmod(top, 0o755)
+        base = os.path.join(top, "serving")
+        assert serving.push(models["a"], PusherConfig(base, "ctr")).pushed
+        written = [os.path.join(base, name) for name in (
+            base_layout.MODELS_CONFIG, base_layout.BATCHING_FILE, base_layout.MONITORING_FILE,
+            base_layout.K8S_MANIFEST)] + [os.path.join(base, "ctr", base_layout.STATE_FILE)]
+        for path in written:
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o644, path
+        if os.geteuid() == 0:  # read them as another user (nobody), as the server would
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    os.setgid(65534)
+                    os.setuid(65534)
+                    for path in written:
+                        with open(path, "rb") as f:
+                            f.read()
+                    code = 0
+                finally:
+                    os._exit(code)
+            assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    finally:
+        os.umask(old)
+        shutil.rmtree(top, ignore_errors=True)
