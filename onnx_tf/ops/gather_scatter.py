@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
+from tfx_bridge.onnx_tf.core import is_const
 from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.ops.shape_util import known_values
 from tfx_bridge.onnx_tf.ops.tensor_util import (
     INT_TYPES,
     _axis,
@@ -24,6 +28,14 @@ def gather(node):
     dims = _dims(node, 0)
     axis = _axis(node, node.attr("axis"), len(dims))
     indices = normalize_indices(node.value(1), dims[axis])
+    if len(dims) == 1 and is_const(indices) and isinstance(dims[0], int):
+        # Entries of a shape vector known at conversion are constants, not a per-request
+        # Shape -> Gather chain.
+        known = known_values(node.value(0))
+        if known is not None and np.all((indices >= 0) & (indices < dims[0])):
+            picked = [known[int(i)] for i in indices.reshape(-1)]
+            if None not in picked:
+                return np.array(picked, node.dtype(0).as_numpy_dtype).reshape(indices.shape)
     return tf.gather(node.t(0), indices, axis=axis)
 
 

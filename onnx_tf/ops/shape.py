@@ -2,13 +2,22 @@
 Transpose, Squeeze/Unsqueeze, Concat, Split, Slice. Shapes only known at run time are
 built from ``tf.shape``, so dynamic dimensions are never frozen; shape arithmetic over
 constants is folded in numpy where the result is needed as a Python value.
+
+A shape vector read from a partly static input (a dynamic batch) keeps what is known
+at conversion (shape_util.known_values): a Gather, Slice or Concat of its static
+entries is a constant, and a Reshape whose one unknown entry is a dimension gets a
+constant target with -1 there. The served graph then computes no Shape/Gather/Concat
+chain per request where the sizes are known.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 
 from tfx_bridge.onnx_tf.core import is_const
 from tfx_bridge.onnx_tf.lazy import tf as _tf
+from tfx_bridge.onnx_tf.ops.shape_util import known_values
 from tfx_bridge.onnx_tf.ops.tensor_util import FIX_CONST, _axis, _dims, _prod, i64, vec
 from tfx_bridge.onnx_tf.registry import REQUIRED, op
 
@@ -49,6 +58,8 @@ def identity(node):
 def shape(node):
     start, end = node.attr("start"), node.attr("end")
     dims = node.dyn_shape(0)
+    if int(start) == 0 and end is None:
+        return dims  # tf.shape itself, which known_values reads back to its static dims
     # Python slicing clamps start/end exactly as ONNX specifies.
     return dims[slice(int(start), None if end is None else int(end))]
 
@@ -77,6 +88,9 @@ def reshape(node):
                 node.refuse("a 0 in the shape beyond the input's rank")
             target = [dims[j] if v == 0 else v for j, v in enumerate(target)]
         return tf.reshape(node.t(0), vec(target))
+    folded = _known_target(node, allowzero)
+    if folded is not None:
+        return tf.reshape(node.t(0), folded)
     target = tf.cast(node.t(1), tf.int64)
     length = target.shape[0]
     if length is None:
@@ -86,6 +100,23 @@ def reshape(node):
         padded = vec((dims + [1] * length)[:length])
         target = tf.where(tf.equal(target, 0), padded, target)
     return tf.reshape(node.t(0), target)
+
+
+def _known_target(node, allowzero: int) -> Optional[np.ndarray]:
+    """A run-time Reshape target as a constant, when at most one of its entries is not
+    known at conversion (that one becomes -1: the size the other entries leave)."""
+    known = known_values(node.value(1))
+    if known is None:
+        return None
+    if not allowzero:
+        static = node.shape(0)
+        known = [(static[j] if j < len(static) else -2) if v == 0 else v
+                 for j, v in enumerate(known)]
+    if any(v is not None and v < -1 for v in known):
+        return None  # a 0 beyond the input's rank, or an invalid entry: the checked path
+    if sum(v is None or v == -1 for v in known) > 1:
+        return None
+    return np.array([-1 if v is None else v for v in known], np.int64)
 
 
 @op("Flatten", attrs={"axis": 1})
@@ -205,6 +236,12 @@ def concat(node):
     values = [node.value(i) for i in range(node.n) if node.has(i)]
     if all(is_const(v) for v in values):
         return np.concatenate(values, axis=axis)
+    if rank == 1:  # a shape vector: constant when its parts are known at conversion
+        parts = [known_values(v) for v in values]
+        if all(p is not None and None not in p for p in parts):
+            dtype = np.asarray(values[0]).dtype if is_const(values[0]) else \
+                values[0].dtype.as_numpy_dtype
+            return np.array([v for p in parts for v in p], dtype)
     return _tf().concat(node.ts(), axis=axis)
 
 
@@ -291,6 +328,12 @@ def slice_(node):
             return np.append(values.reshape(-1), np.int64(fill))[position]
         return tf.gather(tf.concat([tf.reshape(values, [-1]), [np.int64(fill)]], 0), position)
 
+    if rank == 1 and all(is_const(v) for v in (starts, ends, steps)):
+        known = known_values(node.value(0))
+        if known is not None:  # a shape vector: Python slicing clamps as ONNX does
+            picked = known[int(starts[0]):int(ends[0]):int(steps[0])]
+            if None not in picked:
+                return np.array(picked, node.dtype(0).as_numpy_dtype)
     # strided_slice canonicalizes (negative -> + dim, clamping by step sign) as ONNX does.
     return tf.strided_slice(node.t(0), full(starts, 0), full(ends, 0), full(steps, 1),
                             begin_mask=mask, end_mask=mask)
