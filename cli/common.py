@@ -104,12 +104,41 @@ def number_between(low: float, high: float) -> Callable[[str], float]:
 
 
 @contextlib.contextmanager
+def library_side_effects():
+    """What libraries do beside their work, kept off the user's stdout and temp folder:
+    tools they run write to file descriptor 1 (TFX builds a module file's wheel with
+    ``setup.py bdist_wheel``, whose output would precede ``--json``'s line) and leave
+    folders in the temp folder (three per packaged module file). While they run, fd 1
+    goes where fd 2 goes, and temp folders are made in a private folder removed
+    after, however the block ends."""
+    import shutil
+    import tempfile
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    private = tempfile.mkdtemp(prefix="tfx-bridge-tmp-")
+    before = tempfile.tempdir
+    tempfile.tempdir = private
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        tempfile.tempdir = before
+        shutil.rmtree(private, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def library_logs(workdir: str, debug: bool, name: str = PIPELINE_LOG):
     """XLA, MLIR and Beam's workers write to file descriptor 2 directly, past Python's
     logging; unless ``debug``, fd 2 goes to <workdir>/pipeline.log while the pipeline
-    runs. Yields the note for the progress line ("" with ``debug``)."""
+    runs, and fd 1 goes with it (:func:`library_side_effects`). Yields the note for
+    the progress line ("" with ``debug``)."""
     if debug:
-        yield ""
+        with library_side_effects():
+            yield ""
         return
     import tempfile
 
@@ -124,7 +153,8 @@ def library_logs(workdir: str, debug: bool, name: str = PIPELINE_LOG):
     with open(path, "ab") as log:
         os.dup2(log.fileno(), 2)
     try:
-        yield f"; library logs in {fs.join(workdir, name)}"
+        with library_side_effects():
+            yield f"; library logs in {fs.join(workdir, name)}"
     finally:
         sys.stderr.flush()
         os.dup2(saved, 2)

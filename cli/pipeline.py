@@ -16,6 +16,7 @@ from tfx_bridge.cli.common import (
     add_common,
     int_between,
     library_logs,
+    library_side_effects,
     positive_int,
     shown,
 )
@@ -101,11 +102,12 @@ def cmd_compile_kfp(args: argparse.Namespace) -> Dict[str, Any]:
     # name a package only the image holds, so it is the tasks' to import.
     _check_user_modules(config, files_only=True)
 
-    path = kfp_compile.compile_pipeline(
-        args.output, args.pipeline_root, args.data_root, args.model_source,
-        args.serving_base_path, config, image=args.image,
-        contract_path=args.contract, schema_path=args.schema,
-        transform_source=transform_source, beam_runner=settings)
+    with library_side_effects():  # a module file's wheel is built here
+        path = kfp_compile.compile_pipeline(
+            args.output, args.pipeline_root, args.data_root, args.model_source,
+            args.serving_base_path, config, image=args.image,
+            contract_path=args.contract, schema_path=args.schema,
+            transform_source=transform_source, beam_runner=settings)
     progress(f"Built the pipeline ({'hand-over' if args.model_source else 'training'} "
              f"mode) and compiled it with KubeflowV2DagRunner for image {args.image}")
     print(f"Wrote {path}")
