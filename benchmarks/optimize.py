@@ -75,7 +75,7 @@ def retime(source: str, kept: str, flags, budget_s: float) -> dict:
     feeds = {b: inputs.representative_inputs(specs, b, seed=1) for b in DEFAULT_BATCHES}
     latency, info = measure_worker.time_in_child(
         {"input": (source, []), "output": (kept, list(flags))}, feeds, budget_s,
-        iterations=300, min_rounds=decide.min_rounds(decide.ALPHA),
+        iterations=300, min_rounds=decide.min_rounds(decide.ALPHA / 2),
         timeout_s=max(600.0, 20 * budget_s), warm=False)
     out = {"onednn": info["onednn"], "seconds": info["seconds"]}
     for before, after in zip(latency["input"], latency["output"], strict=True):
@@ -112,6 +112,7 @@ def run_one(name: str, model_dir: str, out_dir: str, config: OptimizerConfig, pr
     print(f"{name}: kept {row['candidate']} in {row['optimize_s']} s; re-timed median ratio "
           + ", ".join(f"b{b} {row['retimed'][f'b{b}']['ratio']:.3f}" for b in DEFAULT_BATCHES),
           file=sys.stderr, flush=True)
+    print(json.dumps(row, sort_keys=True), file=sys.stderr, flush=True)  # kept if a later one fails
     return row
 
 

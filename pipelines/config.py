@@ -9,7 +9,7 @@ flags before the slow imports.
 Example:
     >>> config = PipelineConfig(train_steps=30, evaluate=False)
     >>> (config.model_name, config.train_steps, config.optimizer_iterations)
-    ('ctr', 30, 50)
+    ('ctr', 30, 2000)
     >>> config.updated(model_name="ctr_v2").model_name
     'ctr_v2'
     >>> PipelineConfig(train_steps=0)  # doctest: +ELLIPSIS
@@ -23,6 +23,7 @@ import dataclasses
 import math
 from typing import List, Optional, Tuple
 
+from tfx_bridge.components.trt_optimizer.results import DEFAULT_ITERATIONS
 from tfx_bridge.config import Config
 from tfx_bridge.errors import BridgeError
 
@@ -64,7 +65,7 @@ class PipelineConfig(Config):
     auc_floor: float = 0.5
     # TrtOptimizer's timed calls per candidate and batch size, and its CPU candidates
     # (None: those stock TF Serving serves without experimental flags).
-    optimizer_iterations: int = 50
+    optimizer_iterations: int = DEFAULT_ITERATIONS  # the optimizer's own default
     optimizer_candidates: Optional[Tuple[str, ...]] = None
     # Transform's own pre/post-transform statistics (two more passes over the data).
     transform_statistics: bool = False

@@ -19,7 +19,9 @@ PRECISIONS = ("fp32", "fp16", "int8")
 BACKEND_ORIGINAL = "original"
 BACKEND_TENSORRT = "tensorrt"
 DEFAULT_ATOL = 1e-4
-DEFAULT_ITERATIONS = 100  # the most timed calls per candidate and batch size
+# The most timed calls per candidate and batch size: a cap for small models, whose
+# calls the budget would allow by the hundred thousand; the budget sizes the rest.
+DEFAULT_ITERATIONS = 2000
 # Seconds the measuring phase aims to take, all candidates and batch sizes together
 # (calibration included); sized so a ResNet-50 at 224 on 2 cores is optimized in
 # about 3 minutes, candidates built and drift-checked (docs/BENCHMARKS.md).
