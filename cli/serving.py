@@ -23,7 +23,9 @@ def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
         base_path=args.base_path, model_name=args.model_name, label=args.label,
         target=args.target, allow_contract_change=args.allow_contract_change,
         keep_versions=args.keep_versions, warmup_records=args.warmup_records,
-        server_base_path=args.server_base_path)
+        server_base_path=args.server_base_path, target_cores=args.target_cores,
+        intra_op_parallelism=args.intra_op_parallelism,
+        inter_op_parallelism=args.inter_op_parallelism)
     progress = Progress(2, enabled=not args.quiet)
     # The executor's core: the same gates and the same "nothing new" check.
     result = serving.push_model(config, args.model, imported_model_dir=args.imported_model,
@@ -71,6 +73,18 @@ def add_parser(sub) -> None:
     psh.add_argument("--server-base-path", default=defaults.server_base_path,
                      help="where the server sees --base-path (models.config and the manifest's "
                           f"mount use it; default {defaults.server_base_path})")
+    psh.add_argument("--target-cores", type=positive_int, default=defaults.target_cores,
+                     help="cores of the machine TF Serving runs on: its session threads and "
+                          "batch threads (default: this machine's usable cores; "
+                          "docs/guides/serving-config.md)")
+    psh.add_argument("--intra-op-parallelism", type=positive_int,
+                     default=defaults.intra_op_parallelism,
+                     help="TF Serving's --tensorflow_intra_op_parallelism (default: the "
+                          "target's cores)")
+    psh.add_argument("--inter-op-parallelism", type=positive_int,
+                     default=defaults.inter_op_parallelism,
+                     help="TF Serving's --tensorflow_inter_op_parallelism (default: the "
+                          "target's cores)")
     psh.add_argument("--lock-timeout", type=number_between(0.0, math.inf),
                      default=PusherConfig.LOCK_TIMEOUT_S,
                      help="seconds to wait for another push's lock before exit 4 (busy)")

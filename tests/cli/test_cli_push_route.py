@@ -137,3 +137,17 @@ def test_cli_push_imported_model_not_blessed_or_without_verdict_refused_exit_1(
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["pushed"] is False and "importer" in summary["reason"], summary["reason"]
     assert not os.path.isdir(tmp_path / "serving" / "ctr" / "1")
+
+
+def test_cli_push_target_cores_and_threads_reach_the_server_flags(tmp_path, capfd,
+                                                                    scaled_saved_model):
+    from tfx_bridge.components.serving_pusher import base_layout
+
+    model = scaled_saved_model(str(tmp_path / "model"))
+    base = tmp_path / "serving"
+    code = cli.main(["push", "--model", model, "--base-path", str(base), "--model-name",
+                     "m", "--target-cores", "3", "--inter-op-parallelism", "1", "--quiet"])
+    assert code == 0, capfd.readouterr().err
+    manifest = (base / base_layout.K8S_MANIFEST).read_text()
+    assert "--tensorflow_intra_op_parallelism=3" in manifest
+    assert "--tensorflow_inter_op_parallelism=1" in manifest
