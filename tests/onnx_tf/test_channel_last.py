@@ -67,9 +67,9 @@ def _check(model, edges=2, batches=(1,), fewer=True):
         want = session.run(None, {"x": x})[0]
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    plain = core.convert(model, {"x": [None, C_IN, H, W]}, channel_last=False)
     assert _transposes(converted) == edges
     if fewer:
+        plain = core.convert(model, {"x": [None, C_IN, H, W]}, channel_last=False)
         assert _transposes(converted) < _transposes(plain)
     return converted
 
