@@ -19,7 +19,7 @@ from tfx_bridge.cli.common import (
     Parser,
     quiet_libraries,
 )
-from tfx_bridge.storage import objectstore
+from tfx_bridge.storage import fs, objectstore
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_BUSY", "EXIT_CHECK_FAILED", "EXIT_INTERNAL", "EXIT_OK",
            "build_parser", "entry", "main"]
@@ -55,8 +55,7 @@ def _vanished_output(error: OSError, args):
             folder = os.path.abspath(folder)
             # Gone with a folder it was written into, not a file the verb never made.
             if (missing == folder or missing.startswith(folder + os.sep)) and (
-                    not os.path.isdir(folder)
-                    or not os.path.isdir(os.path.dirname(missing))):
+                    not fs.isdir(folder) or not fs.isdir(os.path.dirname(missing))):
                 return ResourceError(
                     f"{missing} vanished while tfx-bridge {args.verb} wrote there (was "
                     f"--{key.replace('_', '-')} {folder} removed or moved?): rerun with "
