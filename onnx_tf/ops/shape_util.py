@@ -61,8 +61,10 @@ def known_values(value, depth: int = _KNOWN_DEPTH) -> Optional[List[Optional[int
         axis = tf.get_static_value(o.inputs[2])
         if params is None or indices is None or axis is None or int(axis) != 0:
             return unknown
-        picked = [params[int(i)] for i in np.asarray(indices).reshape(-1)]
-        return picked if len(picked) == length else unknown
+        picked = [int(i) for i in np.asarray(indices).reshape(-1)]
+        if not all(0 <= i < len(params) for i in picked) or len(picked) != length:
+            return unknown  # TF's gather refuses these at run time; say nothing here
+        return [params[i] for i in picked]
     if o.type == "StridedSlice" and all(o.get_attr(m) == 0 for m in (
             "begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")):
         params = known_values(o.inputs[0], depth - 1)
