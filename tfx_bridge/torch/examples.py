@@ -12,8 +12,11 @@ checksummed before a length is believed and tfx_bsl's decoder, for files from
 outside (the default anywhere else). From there every step is a numpy
 operation on the whole chunk (count checks, range checks, casts, the shuffle
 permutation, slicing into batches) with the same named refusals either way.
-Memory is bounded by ``chunk_records`` records when streaming, and by
-``memory_bytes`` of decoded features when shuffling (below).
+Memory is bounded by a few chunks of ``chunk_records`` records when
+streaming (TF's reader frames and parses about two ahead), and by
+``memory_bytes`` of decoded features when shuffling (below). A batch's
+features of one dtype and shape are views of one tensor a chunk (each a
+contiguous tensor of its own to the caller).
 
 - **Features** are declared (:class:`Feature`: dtype and values per example)
   or read from a schema (:func:`features_from_schema`, e.g. Transform's
@@ -320,10 +323,33 @@ class ExamplesDataset(IterableDataset):
 
 def _slices(arrays: Dict[str, np.ndarray], stop: int, size: int
             ) -> Iterator[Dict[str, torch.Tensor]]:
-    """Batches as views of the chunk's tensors."""
-    tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
-    for start in range(0, stop, size):
-        yield _batch({k: t[start:start + size] for k, t in tensors.items()})
+    """Batches as views of the chunk's tensors.
+
+    Features of one dtype and shape are stacked into one tensor a chunk, and each
+    batch's views of them come from one ``split`` and one ``unbind`` per stack: a
+    tensor made per feature per batch in Python cost more than parsing the
+    records did where records hold many narrow features.
+    """
+    stacks: Dict[Tuple[str, Tuple[int, ...]], List[str]] = {}
+    for name, values in arrays.items():
+        stacks.setdefault((values.dtype.str, values.shape[1:]), []).append(name)
+    parts = []  # (names, per batch: their tensors)
+    for names in stacks.values():
+        if len(names) == 1:
+            pieces = torch.from_numpy(arrays[names[0]][:stop]).split(size)
+            parts.append((names, [(p,) for p in pieces]))
+        else:  # a copy, as one tensor: batches may be written, and keep only their own
+            stack = torch.from_numpy(np.stack([arrays[k][:stop] for k in names]))
+            parts.append((names, [p.unbind(0) for p in stack.split(size, dim=1)]))
+    order = list(arrays) if len(parts) > 1 else None
+    in_worker = get_worker_info() is not None
+    for i in range(len(parts[0][1]) if parts and stop else 0):
+        batch: Dict[str, torch.Tensor] = {}
+        for names, pieces in parts:
+            batch.update(zip(names, pieces[i], strict=True))
+        if order is not None:
+            batch = {k: batch[k] for k in order}
+        yield _WorkerBatch(batch) if in_worker else batch
 
 
 def _batch(tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
