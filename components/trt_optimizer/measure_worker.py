@@ -48,7 +48,7 @@ def time_in_child(folders: Dict[str, Tuple[str, Sequence[str]]],
             for i, (name, value) in enumerate(sorted(batch_feeds.items())):
                 arrays[f"b{b}_{i}"] = value
                 layout[str(b)][name] = f"b{b}_{i}"
-        np.savez(os.path.join(work, "feeds.npz"), **arrays)
+        np.savez(os.path.join(work, "feeds.npz"), **_without_objects(arrays))
         spec = {"folders": {n: [p, list(f)] for n, (p, f) in folders.items()},
                 "feeds": os.path.join(work, "feeds.npz"), "layout": layout,
                 "budget_s": budget_s, "iterations": iterations, "min_rounds": min_rounds,
@@ -71,7 +71,7 @@ def main(spec_path: str) -> None:
     from tfx_bridge.components.trt_optimizer import measure
 
     spec = json.loads(fs.read_text(spec_path))
-    arrays = np.load(spec["feeds"])
+    arrays = _with_objects(np.load(spec["feeds"]))
     servables = {name: measure.load_servable(path, flags)
                  for name, (path, flags) in spec["folders"].items()}
     calls = {}
@@ -84,6 +84,46 @@ def main(spec_path: str) -> None:
     latency = {name: [dataclasses.asdict(timed[b][name]) for b in sorted(timed)
                       if name in timed[b]] for name in servables}
     print(MARKER + json.dumps({"latency": latency, "info": info}), flush=True)
+
+
+_BYTES, _LENGTHS = "__bytes", "__lengths"
+
+
+def _without_objects(arrays: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """String feeds (numpy object arrays of bytes or str) as their bytes joined and the
+    lengths: the feeds file is then read without pickle, and every value, trailing
+    NULs included, comes back whole (a fixed-width bytes dtype would drop them)."""
+    out = {}
+    for key, value in arrays.items():
+        if value.dtype != object:
+            out[key] = value
+            continue
+        items = [v.encode() if isinstance(v, str) else bytes(v) for v in value.reshape(-1)]
+        out[key + _BYTES] = np.frombuffer(b"".join(items), np.uint8)
+        out[key + _LENGTHS] = np.concatenate(
+            [[len(value.shape)], value.shape, [len(v) for v in items]]).astype(np.int64)
+    return out
+
+
+def _with_objects(stored) -> Dict[str, np.ndarray]:
+    """:func:`_without_objects` undone (string feeds as object arrays of bytes)."""
+    out = {}
+    for key in stored.files:
+        if key.endswith(_LENGTHS):
+            continue
+        if not key.endswith(_BYTES):
+            out[key] = stored[key]
+            continue
+        name = key[:-len(_BYTES)]
+        data, meta = stored[key].tobytes(), stored[name + _LENGTHS]
+        rank = int(meta[0])
+        shape, lengths = [int(d) for d in meta[1:1 + rank]], meta[1 + rank:]
+        ends = np.cumsum(lengths)
+        values = np.empty(len(lengths), object)
+        values[:] = [data[e - n:e] for n, e in zip(lengths.tolist(), ends.tolist(),
+                                                    strict=True)]
+        out[name] = values.reshape(shape)
+    return out
 
 
 def _refusal(rule: Optional[dict]):

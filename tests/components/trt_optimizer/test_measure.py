@@ -115,3 +115,28 @@ def test_measure_budgeted_refused_candidate_dropped_from_larger_batches():
 class _Array:
     def __init__(self, batch: int):
         self.shape = (batch,)
+
+
+def test_time_in_child_string_feeds_reach_the_model_whole_without_pickle(tmp_path):
+    """Raw-feature signatures take strings (the demo's country): the feeds file holds
+    them as bytes and lengths, never pickled, and every value arrives whole."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tfx_bridge.components.trt_optimizer import measure_worker
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="country")])
+        def serve(self, country):
+            return {"n": tf.strings.length(country)}
+
+    m = M()
+    tf.saved_model.save(m, str(tmp_path / "m"), signatures={"serving_default": m.serve})
+    feeds = {1: {"country": np.array([b"de\x00"], object)},
+             2: {"country": np.array(["fr", ""], object)}}
+    latency, _ = measure_worker.time_in_child({"original": (str(tmp_path / "m"), [])}, feeds,
+                                              budget_s=2.0, iterations=5, min_rounds=1,
+                                              timeout_s=300)
+    assert [lat.batch for lat in latency["original"]] == [1, 2]
+    stored = measure_worker._without_objects({"k": feeds[1]["country"]})
+    assert all(a.dtype != object for a in stored.values())
