@@ -53,7 +53,9 @@ def _working_in(folder: str):
     return found
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+# SIGTERM through the whole CLI; SIGHUP takes the same handler (main's), checked below
+# at the cost of the services alone.
+@pytest.mark.parametrize("sig", [signal.SIGTERM])
 def test_cli_run_waiting_for_its_lock_signal_ends_it_as_ctrl_c_exit_128_plus(tmp_path, sig):
     from tfx_bridge.pipelines import demo_data
 
@@ -99,12 +101,13 @@ def _all_gone(logs: str) -> bool:
     return _working_in(logs) == []
 
 
-def test_local_portable_services_stopped_and_temp_removed_on_sigterm(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_local_portable_services_stopped_and_temp_removed_on_sigterm(tmp_path, sig):
     logs = str(tmp_path / "logs")
     proc = _services(logs)
     try:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+        proc.send_signal(sig)
+        assert proc.wait(timeout=120) == 128 + sig
     finally:
         proc.kill()
     assert _all_gone(logs)
