@@ -57,6 +57,17 @@ LONGEST_FIRST = (
 )
 
 
+def pytest_configure(config):
+    """pytest names the running test and phase in ``os.environ["PYTEST_CURRENT_TEST"]``,
+    rewritten at every setup, call and teardown. Warm child workers are kept per
+    environment (``tfx_bridge.child``: what a worker imported TensorFlow with), so that
+    variable alone would start a new worker, a TensorFlow import, for every phase of
+    every test that loads a model: the suite's largest cost. Nothing here reads it."""
+    import _pytest.runner
+
+    _pytest.runner._update_current_test_var = lambda item, when: None
+
+
 def pytest_collection_modifyitems(session, config, items):
     def rank(item) -> int:
         path = str(item.fspath).replace(os.sep, "/")

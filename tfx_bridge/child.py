@@ -46,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 WORKER_MODULE = "tfx_bridge.child_worker"
 PRELOAD_ENV = "TFX_BRIDGE_WORKER_PRELOAD"  # the worker's imports (comma-separated)
@@ -59,6 +59,10 @@ _REUSE_IDLE_S = WORKER_IDLE_S - 60  # the caller reuses it only well before that
 # The environment of warm children that may see a GPU: a worker outlives one run, so it
 # takes GPU memory as it needs it instead of all of it up front.
 WARM_ENV = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+# Stock TF Serving's CPU kernels: oneDNN off (TensorFlow reads the variable once, as it
+# is imported) and no GPU. The importer's equivalence check and the optimizer's CPU
+# timing both run there: one warm worker serves both.
+SERVING_CPU_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "CUDA_VISIBLE_DEVICES": ""}
 
 
 @dataclasses.dataclass
@@ -90,6 +94,32 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def fork(run: Callable[[], int]) -> int:
+    """Forks a process that dies with this one (:func:`die_with_parent`), runs ``run``
+    there and exits with what it returns (1 and the traceback on stderr when it
+    raises), without this process's exit path; returns its pid. Python's buffered
+    output is flushed first, so the fork never writes it a second time."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        die_with_parent()
+        code = run()
+    except BaseException:  # noqa: BLE001 (the forked run's failure is its exit status)
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 def module_command(module: str, *args: str) -> List[str]:

@@ -80,21 +80,11 @@ def _run(request: dict, at_exit=None) -> int:
 def _run_forked(request: dict) -> int:
     """``_run`` in a child process; its exit status (negative: killed by that signal)."""
     import atexit
-    import sys
 
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            from tfx_bridge.child import die_with_parent
+    from tfx_bridge.child import fork
 
-            die_with_parent()
-            # atexit handlers run as interpreter exit runs them (tempfile, pools, Beam).
-            code = _run(request, at_exit=atexit._run_exitfuncs)
-        finally:
-            os._exit(code)
+    # atexit handlers run as interpreter exit runs them (tempfile, pools, Beam).
+    pid = fork(lambda: _run(request, at_exit=atexit._run_exitfuncs))
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
 

@@ -4,9 +4,13 @@ SDK worker pool on 127.0.0.1, started for one run and stopped after it.
 The job service (Beam's, with the job's ``direct_num_workers`` honoured: see
 :func:`serve_jobs`) runs the pipeline's stages; the pool starts SDK-harness
 worker processes that talk to it over the Fn API: the protocol, packaging and
-pickling path of Flink, Spark and Dataflow. The pool starts workers with
-``python`` from ``PATH``, so this interpreter's folder goes first on it. Their
-output goes to ``job_service.log`` and ``worker_pool.log`` in ``log_dir``.
+pickling path of Flink, Spark and Dataflow. Each worker is a process of its
+own, forked from a warm process of the pool's that imported Beam's harness,
+TensorFlow and the TFX libraries once (a new interpreter per worker would pay
+those imports for every worker of every Beam step); should that process be gone,
+the pool starts workers as Beam does, with ``python`` from ``PATH``, so this
+interpreter's folder goes first on it. Their output goes to ``job_service.log``
+and ``worker_pool.log`` in ``log_dir``.
 Both run in their own folder (``cwd``, by default ``log_dir``) with their own
 ``TMPDIR`` (a fresh folder under ``log_dir``, removed after): as on a cluster,
 a DoFn that leans on the launcher's working directory or temp files fails here
@@ -22,6 +26,7 @@ Example (not run here: it starts two servers)::
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -207,13 +212,114 @@ def serve_jobs(argv) -> None:
     local_job_service_main.run(list(argv))
 
 
+# What the pool's warm process imports once, so that a forked SDK worker starts
+# without paying it: Beam's harness and what TFX's Beam stages unpickle (about 10 s
+# of CPU per worker otherwise, a few workers per Beam step).
+WARM_IMPORTS = ("apache_beam.runners.worker.sdk_worker", "tensorflow", "tfx_bsl.public.tfxio",
+                "tensorflow_transform.beam", "tensorflow_data_validation",
+                "tensorflow_model_analysis")
+FORKED = "Forked SDK worker"  # the pool log's line for each worker started
+
+
+def _warm_process() -> None:
+    """The pool's warm process: imports :data:`WARM_IMPORTS`, then for each request
+    line on stdin (``{"control": url, "worker_id": id, "state_cache_size": n,
+    "data_buffer_time_limit_ms": n}``) forks an SDK harness that connects to the
+    runner's control endpoint, answering its pid. It runs nothing but those imports
+    (no gRPC channel or server, no TensorFlow op), so each worker is a fresh harness
+    with the imports already done. Workers die with it."""
+    import importlib
+    import json
+    import select
+
+    protocol_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    protocol_out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)  # whatever a worker prints goes to the pool's log
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for name in WARM_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 (a worker that needs it fails there, by name)
+            pass
+    while True:
+        while True:  # reap the workers that ended
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        if not select.select([protocol_in], [], [], 1.0)[0]:
+            continue
+        line = protocol_in.readline()
+        if not line:
+            return  # the pool is gone
+        request = json.loads(line)
+
+        def harness(request=request) -> int:
+            from apache_beam.runners.worker.sdk_worker import SdkHarness
+
+            protocol_in.close()
+            protocol_out.close()
+            SdkHarness(request["control"], worker_id=request["worker_id"],
+                       state_cache_size=request["state_cache_size"],
+                       data_buffer_time_limit_ms=request["data_buffer_time_limit_ms"]).run()
+            return 0
+
+        pid = child.fork(harness)
+        protocol_out.write(f"{pid}\n")
+
+
 def serve_workers(argv) -> None:
-    """Beam's external worker pool, listening on 127.0.0.1 only."""
+    """Beam's external worker pool, listening on 127.0.0.1 only, whose SDK workers
+    are forked from a warm process (:func:`_warm_process`) instead of each starting
+    a new interpreter; when that process is gone, workers start as Beam starts them."""
+    import threading
+
+    from apache_beam.portability.api import beam_fn_api_pb2
     from apache_beam.runners.worker import worker_pool_main
 
     _loopback_only()
+    # Started before the pool serves (no gRPC thread exists yet to be copied).
+    warm = subprocess.Popen(child.module_command("tfx_bridge.portable", "warm"),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            bufsize=1, preexec_fn=child.die_with_parent)
+    lock = threading.Lock()
+
+    class Pool(worker_pool_main.BeamFnExternalWorkerPoolServicer):
+        def StartWorker(self, request, context):
+            if self._container_executable or warm.poll() is not None:
+                return super().StartWorker(request, context)
+            try:
+                with lock:
+                    warm.stdin.write(json.dumps({
+                        "control": request.control_endpoint.url,
+                        "worker_id": request.worker_id,
+                        "state_cache_size": self._state_cache_size,
+                        "data_buffer_time_limit_ms": self._data_buffer_time_limit_ms}) + "\n")
+                    warm.stdin.flush()
+                    pid = int(warm.stdout.readline())
+            except (OSError, ValueError):  # it died meanwhile: as Beam starts workers
+                return super().StartWorker(request, context)
+            self._forked[request.worker_id] = pid
+            print(f"{FORKED} {request.worker_id} as pid {pid}", file=sys.stderr, flush=True)
+            return beam_fn_api_pb2.StartWorkerResponse()
+
+        def StopWorker(self, request, context):
+            pid = self._forked.pop(request.worker_id, None)
+            if pid is None:
+                return super().StopWorker(request, context)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            return beam_fn_api_pb2.StopWorkerResponse()
+
+    Pool._forked = {}
+    worker_pool_main.BeamFnExternalWorkerPoolServicer = Pool
     worker_pool_main.main(["worker_pool_main", *argv])
 
 
 if __name__ == "__main__":
-    {"jobs": serve_jobs, "workers": serve_workers}[sys.argv[1]](sys.argv[2:])
+    {"jobs": serve_jobs, "workers": serve_workers,
+     "warm": lambda _: _warm_process()}[sys.argv[1]](sys.argv[2:])

@@ -1,7 +1,7 @@
 """Import stage 5: proof of equivalence.
 
 The SavedModel is loaded in a separate process that never built it, with
-oneDNN off and no GPU (``verify_child.py``, :data:`CHILD_ENV`): stock TF
+oneDNN off and no GPU (``verify_child.py``, ``child.SERVING_CPU_ENV``): stock TF
 Serving CPU builds run TF's own kernels, where an NCHW Conv2D fails, so a graph
 that works only with oneDNN is not equivalent. The process is a warm worker
 (``tfx_bridge.child``, TensorFlow imported once and reused across imports, as
@@ -35,9 +35,6 @@ VIA_EXAMPLES = SERVING_SIGNATURE + " via tf.Example"
 VERIFY_TIMEOUT_S = 900
 CHILD_MODULE = "tfx_bridge.components.pytorch_model_importer.verify_child"
 CHILD_MARKER = "TFX_BRIDGE_VERIFY "
-# TF's own CPU kernels, as stock TF Serving CPU builds run them: oneDNN off and no GPU
-# (set before the child imports TensorFlow).
-CHILD_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "CUDA_VISIBLE_DEVICES": ""}
 
 
 @dataclasses.dataclass
@@ -145,7 +142,7 @@ def serve_fresh(saved_model_dir: str, feeds_by_batch: Dict[int, Dict[str, np.nda
         try:
             result = child.run_python(["-m", CHILD_MODULE, saved_model_dir, request, answer,
                                        spec], CHILD_MARKER, timeout=VERIFY_TIMEOUT_S,
-                                      env=CHILD_ENV, warm=True)
+                                      env=child.SERVING_CPU_ENV, warm=True)
         except Exception as e:  # noqa: BLE001  (a timeout is a failed check, not a crash)
             return {key: f"the fresh-process check did not finish: {short_message(e)}"
                     for key in [*map(str, feeds_by_batch), "via"]}

@@ -1,6 +1,7 @@
 """Timing the saved candidates in a child process whose TensorFlow runs the kernels
 stock TF Serving on CPU runs: oneDNN off (``TF_ENABLE_ONEDNN_OPTS=0``, read once,
-when TensorFlow starts, so it cannot be switched in the caller's process). The
+when TensorFlow starts, so it cannot be switched in the caller's process) and no
+GPU (``child.SERVING_CPU_ENV``, the importer's equivalence check's worker too). The
 parent gives the folders, the serving flags and the feeds; the child loads each
 folder as TF Serving would (:func:`measure.load_servable`), times them
 (:func:`measure.measure_budgeted`) and prints the figures.
@@ -26,9 +27,6 @@ from tfx_bridge.storage import fs
 
 MODULE = "tfx_bridge.components.trt_optimizer.measure_worker"
 MARKER = "TFX_BRIDGE_TIMED "
-# The kernels stock TF Serving's CPU build runs (Eigen); TensorFlow's pip wheel
-# would otherwise pick oneDNN's, and rank candidates by kernels no server runs.
-SERVING_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0"}
 
 
 def time_in_child(folders: Dict[str, Tuple[str, Sequence[str]]],
@@ -56,7 +54,7 @@ def time_in_child(folders: Dict[str, Tuple[str, Sequence[str]]],
         spec_path = os.path.join(work, "spec.json")
         fs.write_text(spec_path, json.dumps(spec))
         result = child.run_python(["-m", MODULE, spec_path], MARKER, timeout=timeout_s,
-                                  env=SERVING_ENV, warm=warm)
+                                  env=child.SERVING_CPU_ENV, warm=warm)
     if result.returncode != 0 or not isinstance(result.payload, dict):
         raise OptimizerError(
             f"timing the candidates in a child process (oneDNN off) failed (exit "

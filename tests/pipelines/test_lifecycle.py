@@ -338,7 +338,7 @@ def test_demo_under_portable_runner_two_workers_same_results_as_direct_runner(
 
     logs = tmp_path / "portable" / "beam_logs"
     started = [ln for ln in (logs / portable.WORKER_POOL_LOG).read_text().splitlines()
-               if ln.startswith("Starting worker with command")]
+               if ln.startswith(portable.FORKED)]
     assert len(started) == 2 * len(BEAM_STEPS), "\n".join(started)
     assert not list(logs.glob("workers-tmp-*"))  # the workers' TMPDIR, removed after
     assert not list(launcher.iterdir())  # nothing written where the launcher runs

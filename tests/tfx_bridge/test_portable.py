@@ -39,8 +39,10 @@ def test_portable_local_services_run_work_in_external_workers_and_stop(tmp_path)
     tmp = [s for s in seen if s.startswith(os.path.realpath(logs / "workers-tmp-"))]
     assert os.path.realpath(tmp_path / "elsewhere") in seen and pid[0] != os.getpid(), seen
     assert len(tmp) == 1 and not os.path.exists(tmp[0]), seen  # its own, removed after
-    started = {ln.split('worker_id="', 1)[1].split('"', 1)[0]
+    # Each worker forked from the pool's warm process, not a new interpreter.
+    started = {ln.split()[3]: int(ln.split()[-1])
                for ln in (logs / portable.WORKER_POOL_LOG).read_text().splitlines()
-               if ln.startswith("Starting worker with command")}
-    assert started == {"worker_0", "worker_1"}, (logs / portable.WORKER_POOL_LOG).read_text()
+               if ln.startswith(portable.FORKED)}
+    assert set(started) == {"worker_0", "worker_1"}, (logs / portable.WORKER_POOL_LOG).read_text()
+    assert set(pid) <= set(started.values()), (seen, started)
     assert not portable._listening(port)  # stopped
