@@ -53,13 +53,6 @@ class PortableServicesError(BridgeError):
     """The local job service or worker pool did not start (its log tail says why)."""
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the caller binds it next)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _bound_port(port_file: str):
     """The port a service wrote it bound (None until it has)."""
     try:

@@ -3,9 +3,10 @@ PyTorchTrainer runs a ``run_fn`` with when ``custom_config["num_workers"]`` > 1.
 
 :func:`run` spawns the ranks (fresh interpreters: nothing of the launcher's
 state is shared but what is pickled), each with ``RANK``, ``WORLD_SIZE``,
-``MASTER_ADDR`` and ``MASTER_PORT`` set and the process group initialised
-(gloo unless nccl is asked for; with CUDA devices each rank's current device is
-its own, round robin). A rank that raises fails the
+``MASTER_ADDR`` and ``MASTER_PORT`` set and the process group initialised at
+the rendezvous store the launcher serves on a port it bound (gloo unless nccl
+is asked for; with CUDA devices each rank's current device is its own, round
+robin). A rank that raises fails the
 run with that rank's error (:class:`DistributedRunError`, the user's frames
 only); torch stops the other ranks, so no process is left behind.
 
@@ -25,7 +26,6 @@ import tempfile
 from typing import Callable, Optional, Tuple
 
 from tfx_bridge.errors import BridgeError, describe_failure
-from tfx_bridge.portable import free_port
 
 
 class DistributedRunError(BridgeError):
@@ -63,8 +63,9 @@ def _rank_main(rank: int, fn: Callable, args: tuple, nprocs: int, port: int, whi
                        "MASTER_PORT": str(port)})
     if torch.cuda.is_available():  # one GPU per rank, round robin: cuda means this one
         torch.cuda.set_device(rank % torch.cuda.device_count())
-    dist.init_process_group(which, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=nprocs)
+    # A client of the launcher's store (see run): the rank binds no rendezvous port.
+    store = dist.TCPStore("127.0.0.1", port, is_master=False)
+    dist.init_process_group(which, store=store, rank=rank, world_size=nprocs)
     try:
         fn(*args)
     except BaseException as e:
@@ -81,13 +82,18 @@ def run(fn: Callable, args: tuple = (), nprocs: int = 2,
     """``fn(*args)`` on ranks 0..nprocs-1 (``fn`` importable by name in a fresh
     interpreter, ``args`` picklable). Returns when every rank has; a rank that
     raised is :class:`DistributedRunError` naming it and its error."""
+    import torch.distributed as dist
     import torch.multiprocessing as mp
 
     if nprocs < 1:
         raise DistributedRunError(f"num_workers {nprocs}: give 1 or more.")
+    # The rendezvous store is served from here, on the port the OS gave a bind to port
+    # 0, and open until every rank has ended: no port is found free, then bound later
+    # (by then another program may hold it).
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     with tempfile.TemporaryDirectory(prefix="tfx-bridge-ranks-") as errors:
         try:
-            mp.start_processes(_rank_main, args=(fn, tuple(args), nprocs, free_port(),
+            mp.start_processes(_rank_main, args=(fn, tuple(args), nprocs, store.port,
                                                  which or backend(), errors),
                                nprocs=nprocs, join=True, start_method="spawn")
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:

@@ -35,6 +35,8 @@ _RANKS = textwrap.dedent('''
         ids = [int(i) for b in data for i in b["id"].tolist()]
         with open(os.path.join(seen, f"rank-{rank}.json"), "w") as f:
             json.dump(ids, f)
+        with open(os.path.join(seen, f"port-{rank}.txt"), "w") as f:
+            f.write(os.environ["MASTER_PORT"])
         model = torch.nn.Linear(1, 1)
         loss = lambda m, b: torch.nn.functional.mse_loss(
             m(b["y"].reshape(-1, 1)), b["y"].reshape(-1, 1))
@@ -77,11 +79,23 @@ def _examples(folder, n: int) -> str:
     return str(folder)
 
 
-def test_distributed_two_ranks_read_each_record_once_and_rank_0_saves(tmp_path, ranks_module):
+def test_distributed_two_ranks_read_each_record_once_and_rank_0_saves(tmp_path, ranks_module,
+                                                                     monkeypatch):
     examples = _examples(tmp_path / "ex", 60)
     seen, out = tmp_path / "seen", tmp_path / "model"
     seen.mkdir()
+    served = []  # the rendezvous store the launcher serves, on the port it bound
+
+    def store(*args, **kwargs):
+        served.append(real_store(*args, **kwargs))
+        return served[-1]
+
+    real_store = torch.distributed.TCPStore
+    monkeypatch.setattr(torch.distributed, "TCPStore", store)
     distributed.run(ranks_module.train, (examples, str(out), str(seen)), nprocs=2)
+    # Both ranks met at that store: the launcher bound port 0, no port was probed.
+    assert len(served) == 1 and served[0].port > 0
+    assert {(seen / f"port-{r}.txt").read_text() for r in (0, 1)} == {str(served[0].port)}
     ids = [json.loads((seen / f"rank-{r}.json").read_text()) for r in (0, 1)]
     assert ids[0] and ids[1] and not set(ids[0]) & set(ids[1])
     assert sorted(ids[0] + ids[1]) == list(range(60))  # each record once, per epoch
