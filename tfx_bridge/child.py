@@ -65,6 +65,26 @@ WARM_ENV = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
 SERVING_CPU_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "CUDA_VISIBLE_DEVICES": ""}
 
 
+def has_gpu_devices(dev: str = "/dev") -> bool:
+    """Whether this host has an NVIDIA GPU device node (``/dev/nvidia0``...): without one
+    no CUDA program sees a GPU. True when ``dev`` cannot be read (unknown)."""
+    try:
+        names = os.listdir(dev)
+    except OSError:
+        return True
+    return any(n.startswith("nvidia") and n[len("nvidia"):].isdigit() for n in names)
+
+
+def warm_env(dev: str = "/dev") -> Dict[str, str]:
+    """The environment of warm children that may need a GPU (the TensorRT probe, the
+    pusher's load check, the TFLite converter): :data:`WARM_ENV` on a host with a GPU
+    device node; elsewhere they share :data:`SERVING_CPU_ENV`'s worker with the
+    importer's check and the optimizer's timing (one TensorFlow start fewer per
+    process; the pusher then replays warmup on the kernels stock TF Serving's CPU
+    build runs, as the server it pushes to will)."""
+    return dict(WARM_ENV if has_gpu_devices(dev) else SERVING_CPU_ENV)
+
+
 @dataclasses.dataclass
 class ChildResult:
     returncode: int

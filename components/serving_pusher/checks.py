@@ -31,7 +31,7 @@ def inspect_model(saved_model_dir: str, warmup_file: str = "") -> dict:
     refuses the push, never takes the pusher down): signatures, and warmup replayed;
     the same for ``model.tflite`` when the folder has one (``"tflite"``)."""
     result = child.run_python(["-m", INSPECT_MODULE, saved_model_dir, warmup_file, TFLITE_FILE],
-                              "INSPECT ", timeout=900, env=child.WARM_ENV, warm=True)
+                              "INSPECT ", timeout=900, env=child.warm_env(), warm=True)
     if result.returncode != 0 or result.payload is None:
         raise PushRefused(f"{saved_model_dir} does not load in a fresh process: "
                           f"{result.stderr_tail}")

@@ -62,7 +62,7 @@ def probe(timeout_s: int = 300) -> Probe:
         # In a warm worker (the pusher's load check reuses it): an abort there kills
         # only the worker, reported below like any crash of a fresh child.
         result = child.run_python(["-m", PROBE_MODULE], "TRT_PROBE ", timeout=timeout_s,
-                                  env=child.WARM_ENV, warm=True)
+                                  env=child.warm_env(), warm=True)
     except subprocess.TimeoutExpired:
         return Probe(False, 0, None, None, f"the TensorRT probe timed out after {timeout_s}s")
     found = result.payload

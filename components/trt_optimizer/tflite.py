@@ -200,7 +200,7 @@ def build(source: str, out_dir: str) -> Built:
     with tempfile.TemporaryDirectory(prefix="tfx-bridge-tflite-") as tmp:
         target = os.path.join(tmp, TFLITE_FILE)
         run = child.run_python(["-m", __name__, source, target], _RESULT, timeout=1800,
-                               env=child.WARM_ENV, warm=True)
+                               env=child.warm_env(), warm=True)
         if run.payload is None:
             raise OptimizerError(f"TFLite conversion crashed (exit {run.returncode}): "
                                  f"{run.stderr_tail}")

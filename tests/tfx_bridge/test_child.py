@@ -67,6 +67,16 @@ def test_run_python_warm_env_differs_separate_worker(tmp_path):
     assert other.payload["pid"] != plain.payload["pid"]
 
 
+def test_warm_env_gpu_device_node_keeps_gpu_env_else_shares_serving_cpu(tmp_path):
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "nvidiactl").touch()  # a driver without a GPU node sees none
+    (tmp_path / "gpu").mkdir()
+    (tmp_path / "gpu" / "nvidia0").touch()
+    assert child.warm_env(str(tmp_path / "gpu")) == child.WARM_ENV
+    assert child.warm_env(str(tmp_path / "cpu")) == child.SERVING_CPU_ENV
+    assert child.warm_env(str(tmp_path / "unreadable")) == child.WARM_ENV  # unknown: GPU
+
+
 def test_run_python_warm_abort_reported_next_run_gets_new_worker(tmp_path):
     env = _module(tmp_path, _PROBE)
     before = child.run_python(["-m", "probe"], "OUT ", timeout=60, env=env, warm=True)
