@@ -25,7 +25,9 @@ Example:
 """
 from __future__ import annotations
 
+import os
 import re
+import sys
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -51,6 +53,50 @@ Chunk = Tuple[int, int, Callable[[], Dict[str, np.ndarray]]]
 
 class ExamplesReadError(BridgeError):
     """Examples that cannot become the declared tensors (names feature, file, record)."""
+
+
+def _tf_runtime_started() -> bool:
+    """Whether TensorFlow's runtime (its eager context, with the thread pools that run
+    ops) has started in this process; importing TensorFlow alone does not start it."""
+    context = sys.modules.get("tensorflow.python.eager.context")
+    found = context.context_safe() if context is not None else None
+    return bool(getattr(found, "_initialized", False))
+
+
+_FORKED_AFTER_TF = False
+
+
+def _after_fork_in_child() -> None:
+    global _FORKED_AFTER_TF
+    _FORKED_AFTER_TF = _FORKED_AFTER_TF or _tf_runtime_started()
+
+
+# A fork copies TF's runtime but not its threads: TF ops in the child then wait forever
+# (a DataLoader worker started by fork after the trainer's process ran TF). Noted as
+# the fork happens, so the reader can refuse or avoid TF instead of hanging.
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def forked_after_tf() -> bool:
+    """Whether this process was forked from one whose TensorFlow runtime had started:
+    TF's reader cannot run here (see :func:`reader_for`)."""
+    return _FORKED_AFTER_TF
+
+
+def reader_for(asked: str, chosen: str) -> str:
+    """The reader to use here: ``chosen`` (what ``asked``, maybe ``"auto"``, became),
+    unless this process was forked after TensorFlow ran. Then ``"auto"`` reads with
+    the defensive reader (the same records, the same checks, no TF); ``"tf"`` asked
+    by name is refused at once, naming the fix: never a hang."""
+    if chosen != "tf" or not forked_after_tf():
+        return chosen
+    if asked == "auto":
+        return "defensive"
+    raise ExamplesReadError(
+        "reader='tf' in a process forked after TensorFlow ran in its parent (a DataLoader "
+        "worker started by fork): TensorFlow's threads do not survive a fork, so its "
+        "reader would wait forever. Give the DataLoader multiprocessing_context='spawn', "
+        "or use reader='auto' or 'defensive' there.")
 
 
 def columns(features: Mapping,

@@ -203,6 +203,7 @@ class ExamplesDataset(IterableDataset):
         if reader not in ("auto", *decode.READERS):
             raise ExamplesReadError(f"reader {reader!r}: use 'auto', 'defensive' or 'tf'.")
         self.files = split_files(examples_uri, split) if files is None else list(files)
+        self.asked_reader = reader
         self.reader = reader if reader != "auto" else (
             "tf" if in_pipeline(self.files) else "defensive")
         self.features = dict(features)
@@ -286,7 +287,7 @@ class ExamplesDataset(IterableDataset):
                            self.batch_size)
 
     def _chunks(self, path: str, share: Tuple[int, int] = (0, 1)) -> Iterator[decode.Chunk]:
-        if self.reader == "tf":
+        if decode.reader_for(self.asked_reader, self.reader) == "tf":
             return decode.tf_chunks(path, self.features, self.chunk_records, share)
         return decode.defensive_chunks(path, self.features, self.chunk_records,
                                        self.max_record_bytes, share)

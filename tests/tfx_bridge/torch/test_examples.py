@@ -294,3 +294,27 @@ def test_reader_auto_takes_tf_only_under_the_trainers_pipeline_examples(tmp_path
     assert ExamplesDataset(root, "train", FEATURES).reader == "defensive"
     with pytest.raises(ExamplesReadError, match=r"reader 'fast': use 'auto', 'defensive'"):
         ExamplesDataset(root, "train", FEATURES, reader="fast")
+
+
+def test_reader_in_a_worker_forked_after_tf_ran_auto_reads_named_tf_refused_never_hangs(
+        tmp_path, monkeypatch):
+    from torch.utils.data import DataLoader
+
+    from tfx_bridge.torch.examples import PIPELINE_EXAMPLES_ENV
+
+    root = _write(tmp_path / "ex")
+    monkeypatch.setenv(PIPELINE_EXAMPLES_ENV, f'["{root}"]')
+    auto = ExamplesDataset(root, "train", FEATURES, batch_size=10, chunk_records=10)
+    assert auto.reader == "tf"
+    expected = sorted(_ids(auto))  # TF's reader ran here: its runtime has started
+
+    def forked(dataset):  # a hung worker fails the test after 60 s instead of hanging it
+        return DataLoader(dataset, batch_size=None, num_workers=1,
+                          multiprocessing_context="fork", timeout=60)
+
+    assert sorted(_ids(forked(auto))) == expected  # the same records, without TF
+    named = ExamplesDataset(root, "train", FEATURES, batch_size=10, chunk_records=10,
+                            reader="tf")
+    with pytest.raises(ExamplesReadError, match=r"reader='tf' in a process forked after "
+                       r"TensorFlow ran .* multiprocessing_context='spawn'"):
+        list(forked(named))
