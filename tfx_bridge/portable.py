@@ -222,7 +222,6 @@ def _warm_process() -> None:
     (no gRPC channel or server, no TensorFlow op), so each worker is a fresh harness
     with the imports already done. Workers die with it."""
     import importlib
-    import json
     import select
 
     protocol_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
@@ -282,6 +281,8 @@ def serve_workers(argv) -> None:
     lock = threading.Lock()
 
     class Pool(worker_pool_main.BeamFnExternalWorkerPoolServicer):
+        _forked: dict = {}  # worker id -> pid of the forked harness (one pool a process)
+
         def StartWorker(self, request, context):
             if self._container_executable or warm.poll() is not None:
                 return super().StartWorker(request, context)
@@ -308,7 +309,6 @@ def serve_workers(argv) -> None:
                 os.kill(pid, signal.SIGTERM)
             return beam_fn_api_pb2.StopWorkerResponse()
 
-    Pool._forked = {}
     worker_pool_main.BeamFnExternalWorkerPoolServicer = Pool
     worker_pool_main.main(["worker_pool_main", *argv])
 
