@@ -120,10 +120,11 @@ class Decoder:
 
     With ``wires`` (feature -> wire kind: the schema's and the consumer's), most
     records take a faster route with the same result: TF's ``parse_example``
-    reads those features, and ``decode_proto`` counts each record's feature
+    reads those features, and ``decode_proto`` lists each record's feature
     entries. A record whose every entry is one of those features with at least
-    one value (no other feature, no empty or kind-less entry, no repeated key)
-    is then fully described by the parse; any other record, and any batch
+    one value (no other feature, no empty or kind-less entry, no repeated key),
+    each entry exactly the size of its parsed content written canonically, is
+    then fully described by the parse; any other record, and any batch
     ``parse_example`` refuses (a feature of another kind, a record that is not
     a tf.Example), is decoded by tfx_bsl as before.
     """
@@ -167,8 +168,13 @@ class Decoder:
         except (tf.errors.OpError, UnicodeDecodeError):  # TF's message may quote the bytes
             return None
         n = len(records)
+        try:
+            entries = _Entries(serialized)
+        except (tf.errors.OpError, UnicodeDecodeError):
+            return None
         described = np.zeros(n, np.int64)  # entries the parse accounts for, per record
         features_bytes = np.zeros(n, np.int64)  # their canonical encoding's size, per record
+        canonical = {}  # per feature, its entry's canonical size in each record (-1: absent)
         names, arrays = [], []
         for name, ragged in parsed.items():
             splits = ragged.row_splits.numpy()
@@ -195,7 +201,9 @@ class Decoder:
                 packed = (4 * counts if numbers.dtype == np.float32 else
                           np.bincount(owner, _varint_bytes(numbers), n))
                 listed = 1 + _varint_bytes(packed) + packed  # the packed field
-            features_bytes += np.where(present, _entry_bytes(name, listed.astype(np.int64)), 0)
+            entry = _entry_bytes(name, listed.astype(np.int64))
+            features_bytes += np.where(present, 1 + _varint_bytes(entry) + entry, 0)
+            canonical[name] = np.where(present, entry, -1)
             # A record without values is one without the feature (others are not
             # described by the parse, below): null, as tfx_bsl decodes it.
             mask = np.append(~present, False)
@@ -203,18 +211,20 @@ class Decoder:
             arrays.append(pa.LargeListArray.from_arrays(pa.array(splits, mask=mask), flat))
         if not names:
             return None
-        try:
-            entries = _entries(serialized)
-        except (tf.errors.OpError, UnicodeDecodeError):
-            return None
         # A record with no entries at all (an empty tf.Example) is left to tfx_bsl too.
-        # Its size must be that of the parsed content written canonically (as TF and
-        # tfx_bsl write it): parse_example reads a Feature's first list field only and
-        # ignores what follows, where protobuf merges a repeated field, lets the last of
-        # the oneof win and refuses trailing bytes. Any such extra, an unpacked list
-        # or a non-minimal length changes the size, and the record goes to tfx_bsl.
+        # parse_example reads a Feature's first list field only and ignores what
+        # follows, where protobuf merges a repeated field, lets the last of the oneof
+        # win and refuses trailing bytes. So the parse describes a record only where
+        # each of its entries, one by one, and the record as a whole are exactly the
+        # size of the parsed content written canonically (as TF and tfx_bsl write it).
+        # Anything protobuf would read beyond the parse costs at least two bytes (a tag
+        # and a value) in the entry that holds it, and nothing in that entry can give
+        # them back: the one shorter form, a single value written unpacked, is read
+        # alike by both, and after it the parse refuses any other field. A size kept
+        # by shortening one entry to hide bytes in another fails its entry's check.
         sizes = np.fromiter(map(len, records), np.int64, n)
-        exact = ((entries == described) & (described > 0)
+        exact = ((entries.counts == described) & (described > 0) & entries.once
+                 & entries.sized_as(canonical)
                  & (sizes == 1 + _varint_bytes(features_bytes) + features_bytes))
         return pa.RecordBatch.from_arrays(arrays, names), exact
 
@@ -271,21 +281,65 @@ class Decoder:
         return bad
 
 
-def _entries(records) -> np.ndarray:
-    """Feature map entries per record, each occurrence of a key counted; -1 for a
-    record whose ``features`` field occurs more than once (protobuf merges them)."""
-    import tensorflow as tf
+class _Entries:
+    """The feature map entries of each record as protobuf lists them: every
+    occurrence counted, not merged away (field 1 read as repeated bytes at both
+    levels: Example.features, then Features.feature), with each entry's size
+    and the key its first field holds."""
 
-    # Field 1 read as repeated bytes at both levels (Example.features, then
-    # Features.feature), so a repeated occurrence is counted, not merged away.
-    features = tf.io.decode_proto(records, "tfx_bridge.Ones", ["one"], [tf.string],
-                                  descriptor_source=_ONES)
-    once = features.sizes[:, 0].numpy() <= 1
-    if features.values[0].shape[1] == 0:
-        return np.zeros(int(records.shape[0]), np.int64)
-    entries = tf.io.decode_proto(features.values[0][:, 0], "tfx_bridge.Ones", ["one"],
-                                 [tf.string], descriptor_source=_ONES)
-    return np.where(once, entries.sizes[:, 0].numpy().astype(np.int64), -1)
+    def __init__(self, records):
+        import tensorflow as tf
+
+        n = int(records.shape[0])
+        features = tf.io.decode_proto(records, "tfx_bridge.Ones", ["one"], [tf.string],
+                                      descriptor_source=_ONES)
+        # False for a record whose ``features`` field occurs more than once (protobuf
+        # merges them).
+        self.once = features.sizes[:, 0].numpy() <= 1
+        self.counts = np.zeros(n, np.int64)
+        self._owner = self._sizes = self._keys = np.zeros(0, np.int64)
+        if features.values[0].shape[1] == 0:
+            return
+        entries = tf.io.decode_proto(features.values[0][:, 0], "tfx_bridge.Ones", ["one"],
+                                     [tf.string], descriptor_source=_ONES)
+        counts = entries.sizes[:, 0].numpy().astype(np.int64)
+        self.counts = np.where(self.once, counts, -1)
+        # Padded [record, entry] tensors, read where the record has that entry.
+        padded = entries.values[0]
+        mine = np.arange(padded.shape[1]) < counts[:, None]
+        self._owner = np.repeat(np.arange(n), counts)
+        sizes = tf.strings.length(padded).numpy()
+        self._sizes = sizes[mine].astype(np.int64)
+        # The key of an entry that starts as written canonically (field 1, a one-byte
+        # length): hashed, to be told by number. Any other entry matches no name.
+        head = tf.io.decode_raw(tf.strings.substr(padded, 0, 2), tf.uint8,
+                                fixed_length=2).numpy()
+        plain = (head[..., 0] == 0x0A) & (head[..., 1] < 0x80) & (sizes >= 2 + head[..., 1])
+        lengths = np.where(plain, head[..., 1], 0).astype(np.int32)
+        keys = tf.strings.to_hash_bucket_fast(tf.strings.substr(
+            padded, np.where(plain, 2, 0).astype(np.int32), lengths), _KEY_BUCKETS)
+        self._keys = np.where(plain, keys.numpy(), -1)[mine]
+
+    def sized_as(self, canonical: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Per record: every entry is keyed by a name of ``canonical`` and exactly
+        ``canonical[name][record]`` bytes long (a negative size: the record has no
+        such entry)."""
+        import tensorflow as tf
+
+        n = len(self.counts)
+        names = list(canonical)
+        hashes = tf.strings.to_hash_bucket_fast(names, _KEY_BUCKETS).numpy()
+        if len(set(hashes.tolist())) < len(names):  # never seen; told apart by size alone
+            return np.zeros(n, bool)
+        order = np.argsort(hashes)
+        at = np.clip(np.searchsorted(hashes[order], self._keys), 0, len(names) - 1)
+        named = hashes[order][at] == self._keys
+        want = np.stack([canonical[name] for name in names])[order[at], self._owner]
+        wrong = ~named | (self._sizes != want)
+        return np.bincount(self._owner[wrong], minlength=n) == 0
+
+
+_KEY_BUCKETS = (1 << 62) - 57  # hash range for feature keys: collisions left to chance
 
 
 def _ones_descriptor() -> bytes:
@@ -312,12 +366,11 @@ def _varint_bytes(values: np.ndarray) -> np.ndarray:
 
 
 def _entry_bytes(name: str, listed: np.ndarray) -> np.ndarray:
-    """Bytes of ``Features.feature`` map entries (field, key, Feature with one list
-    field of ``listed`` bytes), written canonically."""
+    """Bytes of the content of ``Features.feature`` map entries (key, Feature with
+    one list field of ``listed`` bytes), written canonically."""
     key = len(name.encode())
     feature = 1 + _varint_bytes(listed) + listed
-    entry = 1 + _varint_bytes(np.array([key]))[0] + key + 1 + _varint_bytes(feature) + feature
-    return 1 + _varint_bytes(entry) + entry
+    return 1 + _varint_bytes(np.array([key]))[0] + key + 1 + _varint_bytes(feature) + feature
 
 
 def _rows(batch: pa.RecordBatch, rows: np.ndarray) -> pa.RecordBatch:

@@ -116,6 +116,13 @@ class _Source:
                 "gzip trailer; the file is truncated, records may be missing). Re-create it.")
         return b""
 
+    def read_to_end(self) -> None:
+        """Inflates the rest, keeping nothing: raises where :meth:`fill` would."""
+        while self._next_chunk() or self._pending or not self._raw_eof:
+            pass
+        while self._end_of_file():
+            pass
+
     def fill(self, need: int) -> bool:
         """Makes ``buf[pos:]`` hold at least ``need`` bytes; False at the end of the file."""
         parts = [self.buf[self.pos:]]
@@ -151,6 +158,32 @@ def read_batches(path: str, batch_size: int = 1000,
             size = None if src.gzip else fs.size(path)
             yield from _Framer(src, name, size, max_record_bytes).batches(
                 batch_size, max_batch_bytes, limit)
+    except zlib.error as e:
+        raise RecordFileError(f"{name}: gzip data is corrupt ({e}). Re-create the file.") from e
+    except tf.errors.OpError as e:
+        raise RecordFileError(f"{name}: cannot read ({e.message.splitlines()[0]}).") from e
+
+
+def gzip_ends(path: str, inflated_bytes: int, shown: Optional[str] = None) -> None:
+    """Raises :class:`RecordFileError` (the words :func:`read_batches` uses) unless
+    the gzip file at ``path``, of which a reader inflated ``inflated_bytes`` bytes,
+    ends where its format says: with a deflate end and a trailer. The trailer's
+    length (the last 4 bytes: the member's inflated size modulo 2**32) matching
+    ``inflated_bytes`` decides it without reading the file again; otherwise (a
+    file of concatenated gzip members, or one that ends early) the whole file is
+    inflated once more, without framing, to find out."""
+    import tensorflow as tf
+
+    name = shown or path
+    try:
+        with fs.open_file(path, "rb") as f:
+            size = fs.size(path)
+            if size >= 18:  # a gzip header (10 bytes) and trailer (8)
+                f.seek(size - 4)
+                if struct.unpack("<I", f.read(4))[0] == inflated_bytes % (1 << 32):
+                    return
+                f.seek(0)
+            _Source(f, name).read_to_end()
     except zlib.error as e:
         raise RecordFileError(f"{name}: gzip data is corrupt ({e}). Re-create the file.") from e
     except tf.errors.OpError as e:

@@ -26,7 +26,6 @@ Example:
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
@@ -202,7 +201,7 @@ def defensive_chunks(path: str, features: Mapping, chunk_records: int,
         try:
             table = decoder.DecodeBatch(records)
         except Exception as e:  # noqa: BLE001  (the C++ decoder's error names no record)
-            raise _types_error(path, first, len(records), str(e)) from e
+            raise _undecodable(path, features, records, first, str(e)) from e
         found = {}
         for name in features:
             index = table.schema.get_field_index(name)
@@ -224,10 +223,28 @@ def defensive_chunks(path: str, features: Mapping, chunk_records: int,
                    lambda b=batch: decode(b.records, b.first))
 
 
+def _undecodable(path: str, features: Mapping, records: List[bytes], first: int,
+                 why: str) -> ExamplesReadError:
+    """The refusal for a batch the decoder refused as a whole: its first record
+    the decoder refuses alone, named with the decoder's words for it (the same
+    whichever reader framed the batch)."""
+    from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
+
+    decoder = ExamplesToRecordBatchDecoder(_schema_for(features))
+    for at, record in enumerate(records):
+        try:
+            decoder.DecodeBatch([record])
+        except Exception as e:  # noqa: BLE001  (the C++ decoder's error, as above)
+            return _types_error(path, first + at, 1, str(e))
+    return _types_error(path, first, len(records), why)
+
+
 def _types_error(path: str, first: int, n: int, why: str) -> ExamplesReadError:
+    where = f"record {first}: not a tf.Example" if n == 1 else \
+        f"records {first}-{first + n - 1}: not tf.Examples"
     return ExamplesReadError(
-        f"{path}, records {first}-{first + n - 1}: not tf.Examples of the declared types "
-        f"({why}). Check each feature's wire type (int64 or float32) against the data.")
+        f"{path}, {where} of the declared types ({why.strip().splitlines()[0]}). "
+        "Check each feature's wire type (int64 or float32) against the data.")
 
 
 def _compression(path: str) -> str:
@@ -244,7 +261,10 @@ def tf_chunks(path: str, features: Mapping, chunk_records: int,
     Framing and parsing run on TF's threads, ahead of the caller, in parts of at
     most ``PART_RECORDS`` records joined into chunks there: while one chunk is
     checked and batched here, the next is framed and parsed (about three chunks
-    are held at once)."""
+    are held at once). TF's reader takes a gzip stream that stops without its
+    end (a file cut after a flush) for a whole file, so the bytes it inflated
+    are counted and the stream's end checked as the defensive reader checks it
+    (:func:`tfx_bridge.artifacts.tfrecord.gzip_ends`)."""
     import tensorflow as tf
 
     fixed = {name: tf.io.FixedLenFeature(
@@ -253,37 +273,50 @@ def tf_chunks(path: str, features: Mapping, chunk_records: int,
     part = part_records(chunk_records)
     parts = chunk_records // part
     index, count = share
-    data = tf.data.TFRecordDataset([path], compression_type=_compression(path),
+    compression = _compression(path)
+
+    def frame(number, serialized):
+        # Inflated bytes of the part: each record and its 16 bytes of header and CRCs.
+        records = tf.size(serialized)
+        size = tf.reduce_sum(tf.cast(tf.strings.length(serialized), tf.int64)) + \
+            16 * tf.cast(records, tf.int64)
+        if count > 1:  # other readers' parts stay inside TF: framed and counted, not parsed
+            serialized = serialized[:tf.cast(number // parts % count == index, tf.int32) * records]
+        return number, tf.stack([size, tf.cast(records, tf.int64)]), \
+            tf.io.parse_example(serialized, fixed)
+
+    data = tf.data.TFRecordDataset([path], compression_type=compression,
                                    buffer_size=1 << 20).batch(part).enumerate()
-    if count > 1:  # other readers' chunks stay inside TF: framed, never parsed
-        data = data.filter(lambda number, _: number // parts % count == index)
-    data = data.prefetch(1).map(
-        lambda number, serialized: (number, tf.io.parse_example(serialized, fixed)),
-        num_parallel_calls=2, deterministic=True)
-    if parts > 1:  # a reader's parts come whole chunks at a time (the last may be short)
+    data = data.prefetch(1).map(frame, num_parallel_calls=2, deterministic=True)
+    if parts > 1:  # parts come whole chunks at a time (the last may be short)
         data = data.ragged_batch(parts)
     data = data.prefetch(1).with_options(_tf_options())
-    expected = index  # the number of the chunk the next element holds
-    read = 0  # records up to the end of the last chunk received
+    expected = 0  # the number of the chunk the next element holds
+    read = inflated = 0  # records up to the end of the last chunk received; their bytes
     iterator = iter(data)
     while True:
         try:
-            numbers, parsed = next(iterator)
+            numbers, sizes, parsed = next(iterator)
         except StopIteration:
-            return
+            break
         except tf.errors.InvalidArgumentError as e:
             # A chunk TF refuses is said per record as the defensive route says it.
             raise _refusal(path, features, chunk_records, expected, e) from e
         except tf.errors.OpError as e:  # a corrupt or truncated file
             raise _corrupt(path, read, e) from e
         number = int(np.reshape(numbers.numpy(), -1)[0]) // parts
+        size, records = np.reshape(sizes.numpy(), (-1, 2)).sum(axis=0).tolist()
         first = number * chunk_records  # every chunk but the last is full
+        expected, read, inflated = number + 1, first + records, inflated + size
+        if number % count != index:
+            continue
         found = {k: ((v.flat_values if isinstance(v, tf.RaggedTensor) else v).numpy(), None)
                  for k, v in parsed.items()}
         n = len(next(iter(found.values()))[0])
-        expected, read = number + count, first + n
         yield first, n, lambda f=found, at=first, size=n: columns(
             features, f, path, at, size, owned=True)
+    if compression:
+        tfrecord.gzip_ends(path, inflated)
 
 
 def part_records(chunk_records: int) -> int:
@@ -328,9 +361,7 @@ def _refusal(path: str, features: Mapping, chunk_records: int, number: int,
     try:
         parsed = tf.io.parse_example(serialized, ragged)
     except tf.errors.InvalidArgumentError as e:
-        index = re.search(r"Index: (\d+)", e.message)
-        at = first + int(index.group(1)) if index else first
-        return _types_error(path, at, n - (at - first), e.message.split("\n")[0])
+        return _undecodable(path, features, serialized.numpy().tolist(), first, e.message)
     found = {k: (v.flat_values.numpy(), v.row_lengths().numpy()) for k, v in parsed.items()}
     try:
         columns(features, found, path, first, n)

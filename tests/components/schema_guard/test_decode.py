@@ -128,3 +128,59 @@ def test_decoder_trailing_bytes_in_a_feature_refused_as_not_an_example():
     with pytest.raises(NotExamples) as caught:
         Decoder(WIRES).decode(records)
     assert caught.value.indices == [1]
+
+
+def _varint(value: int) -> bytes:
+    out = b""
+    while True:
+        out += bytes([value & 0x7F | (0x80 if value > 0x7F else 0)])
+        value >>= 7
+        if not value:
+            return out
+
+
+# An int64_list Feature whose list holds a packed [5] and then something a
+# first-list-field parse does not read (protobuf reads it: merged or refused).
+HIDDEN = {
+    "then_an_unpacked_value": b"\x08" + _varint(6),  # protobuf: [5, 6]
+    "then_an_unpacked_int32_overflow": b"\x08" + _varint(2**31),  # protobuf: [5, 2**31]
+    "then_trailing_bytes": b"\xff\xff",  # protobuf: not an Example
+}
+
+
+@pytest.mark.parametrize("case", sorted(HIDDEN))
+def test_decoder_hidden_value_in_a_record_kept_at_its_canonical_size_read_as_protobuf_reads_it(
+        case):
+    """Each single-valued feature written unpacked is a byte shorter than written
+    canonically: enough of them give back what the hidden bytes cost, so the record
+    is exactly as long as the parse's content written canonically. Its verdict is
+    still tfx_bsl's, alone or beside a record that sends its batch to tfx_bsl."""
+    hidden = HIDDEN[case]
+    spare = [f"c{k}" for k in range(len(hidden))]
+    crafted = _raw_example(i=_field(3, _field(1, _varint(5)) + hidden),
+                           **{c: _field(3, b"\x08" + _varint(7)) for c in spare})
+    # What a first-list-field parse reads, written canonically: the same length.
+    assert len(crafted) == len(_example(i=(5,), **{c: (7,) for c in spare}))
+    wires = {"i": WIRE_INT, **{c: WIRE_INT for c in spare}}
+    big = _example(  # over 1 MiB: its batch goes to tfx_bsl whole
+        i=(1,), **{c: (2,) for c in spare[:-1]}, **{spare[-1]: (2**40,) * 200_000})
+    for records in ([_example(i=(4,)), crafted], [_example(i=(4,)), crafted, big]):
+        n = len(records)
+        try:
+            want = _rows(Decoder({}).decode(records), n)
+        except NotExamples as e:
+            with pytest.raises(NotExamples) as caught:
+                Decoder(wires).decode(records)
+            assert caught.value.indices == e.indices == [1]
+            continue
+        assert repr(_rows(Decoder(wires).decode(records), n)) == repr(want)
+        assert want[1]["i"] == [5, _read_varint(hidden[1:])]
+
+
+def _read_varint(data: bytes) -> int:
+    value = 0
+    for shift, byte in enumerate(data):
+        value |= (byte & 0x7F) << (7 * shift)
+        if not byte & 0x80:
+            return value
+    raise ValueError(data)

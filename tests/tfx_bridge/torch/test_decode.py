@@ -2,9 +2,12 @@
 refusal names the file, record, feature and value."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
+from tfx_bridge.errors import BridgeError
 from tfx_bridge.torch.decode import (
     ExamplesReadError,
     cast,
@@ -105,3 +108,63 @@ def test_inexact_ints_finds_only_changed_values():
     values = np.array([2**24, 2**24 + 1, -(2**24 + 3), 2**60 + 1, 2**60], np.int64)
     assert inexact_ints(values, values.astype(np.float32)).tolist() == [1, 2, 3]
     assert inexact_ints(values[:1], values[:1].astype(np.float64)).tolist() == []
+
+
+def _chunks(reader, path, chunk_records=2, share=(0, 1)):
+    if reader == "defensive":
+        return defensive_chunks(path, FEATURES, chunk_records, 1 << 20, share)
+    return tf_chunks(path, FEATURES, chunk_records, share)
+
+
+def _gzip_members(path, members) -> str:
+    """A gzip file of ``members`` (each a list of records, framed as TF frames them),
+    one gzip member each, as `cat a.gz b.gz` makes."""
+    import gzip
+    import tempfile
+
+    data = b""
+    for records in members:
+        plain = _write(tempfile.mktemp(dir=os.path.dirname(path)), records, gzip=False)
+        data += gzip.compress(open(plain, "rb").read())
+    open(path, "wb").write(data)
+    return path
+
+
+@pytest.mark.parametrize("reader", ["defensive", "tf"])
+@pytest.mark.parametrize("how", ["after_a_flush", "without_the_trailer"])
+@pytest.mark.parametrize("share", [(0, 1), (0, 2), (1, 2)])
+def test_chunks_gzip_stream_that_stops_before_its_end_refused_by_both_readers(
+        tmp_path, reader, how, share):
+    import zlib
+
+    plain = _write(str(tmp_path / "plain"), RECORDS * 3, gzip=False)
+    data = open(plain, "rb").read()
+    deflate = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    if how == "after_a_flush":  # every record inflates; no final block, no trailer
+        cut = deflate.compress(data) + deflate.flush(zlib.Z_SYNC_FLUSH)
+    else:
+        cut = (deflate.compress(data) + deflate.flush())[:-8]
+    path = tmp_path / "cut.gz"
+    path.write_bytes(cut)
+    with pytest.raises(BridgeError, match=r"cut\.gz: the gzip stream ends before its end "
+                       r".*truncated, records may be missing"):
+        _read_all(_chunks(reader, str(path), share=share))
+
+
+@pytest.mark.parametrize("reader", ["defensive", "tf"])
+def test_chunks_concatenated_gzip_members_read_whole_by_both_readers(tmp_path, reader):
+    path = _gzip_members(str(tmp_path / "two.gz"), [RECORDS[:3], RECORDS[3:]])
+    assert _read_all(_chunks(reader, path))["id"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_chunks_wrong_wire_type_in_one_record_named_alike_by_both_readers(tmp_path):
+    records = [dict(r) for r in RECORDS * 4]
+    records[5] = {"id": [5.0], "x": [0.5, -1.0]}  # a float list where int64 is declared
+    path = _write(str(tmp_path / "d.gz"), records)
+    said = {}
+    for reader in ("defensive", "tf"):
+        with pytest.raises(ExamplesReadError) as e:
+            _read_all(_chunks(reader, path, chunk_records=8))
+        said[reader] = str(e.value)
+    assert said["defensive"] == said["tf"], said
+    assert "d.gz, record 5: not a tf.Example of the declared types" in said["tf"], said
