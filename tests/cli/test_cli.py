@@ -157,27 +157,3 @@ def test_cli_compile_kfp_writes_spec_with_our_executors(tmp_path):
     for component in ("schema_guard", "pytorch_trainer", "pytorch_model_importer",
                       "trt_optimizer", "serving_pusher", "parquet_example_gen"):
         assert f"tfx_bridge.components.{component}.executor.Executor" in args
-
-
-def test_cli_compile_kfp_module_file_json_stdout_one_line_and_no_temp_left(tmp_path):
-    """TFX builds a module file's wheel with `setup.py bdist_wheel`: its output goes to
-    stderr, never before --json's line, and its build folders leave with the verb."""
-    module = tmp_path / "my_trainer.py"
-    module.write_text("from tfx_bridge.pipelines import demo_trainer\n\n\n"
-                      "def run_fn(fn_args):\n    demo_trainer.run_fn(fn_args)\n")
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    out = tmp_path / "pipeline.json"
-    exe = os.path.join(os.path.dirname(sys.executable), "tfx-bridge")
-    proc = subprocess.run([exe, "compile-kfp", "--output", str(out), "--pipeline-root",
-                           str(tmp_path / "root"), "--data-root", str(tmp_path / "data"),
-                           "--trainer-module", str(module), "--image", "r.example/t:1",
-                           "--json"],
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TMPDIR": str(temp)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.splitlines()  # the result line, then --json's line: no tool output
-    assert lines[0] == f"Wrote {out}" and len(lines) == 2, proc.stdout[:2000]
-    assert json.loads(lines[1])["ok"] is True
-    assert os.listdir(tmp_path / "root" / "_wheels")  # the wheel was built
-    assert os.listdir(temp) == []

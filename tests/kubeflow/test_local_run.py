@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -28,25 +29,36 @@ def run_fn(fn_args):
 def test_compiled_spec_trains_under_kubeflow_entrypoints_on_s3(tmp_path, s3_bucket,
                                                                cli_in_child):
     """As on Kubeflow with MinIO: pipeline root, data and serving base path on s3://,
-    every task a separate process under the compiled command (the entrypoint
-    registers s3 for stock components and exits cleanly). Transform runs the demo
-    preprocessing_fn; PyTorchTrainer runs a user's module *file*, which TFX packaged
-    into a wheel under the pipeline root at compile time and the task installs. The
-    Evaluator is left out to keep the suite's time (the lifecycle test gates with it)."""
+    compiled by `tfx-bridge compile-kfp --json` (one result line, then the JSON
+    line; no temp folder left), every task a separate process under the compiled
+    command (the entrypoint registers s3 for stock components and exits cleanly).
+    Transform runs the demo preprocessing_fn; PyTorchTrainer runs a user's module
+    *file*, which TFX packaged into a wheel under the pipeline root at compile time
+    and the task installs. The Evaluator is left out to keep the suite's time (the
+    lifecycle test gates with it)."""
     data = fs.join(s3_bucket, "data")
     demo_data.write_demo_spans(data, spans=[1, 2], rows_per_span=300, files_per_span=1)
     root, serving = fs.join(s3_bucket, "root"), fs.join(s3_bucket, "serving")
     module = tmp_path / "ctr_trainer.py"
     module.write_text(USER_TRAINER)
     spec = str(tmp_path / "pipeline.json")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
     proc = cli_in_child("compile-kfp", "--output", spec, "--pipeline-root", root,
                         "--data-root", data, "--serving-base-path", serving,
                         "--schema", schemas.path(schemas.DEMO_SCHEMA),
                         "--contract", schemas.path(schemas.DEMO_CONTRACT),
                         "--trainer-module", str(module), "--train-steps", "30",
                         "--no-evaluate", "--optimizer-iterations", "10",
-                        "--image", kfp_compile.DEFAULT_IMAGE)
+                        "--image", kfp_compile.DEFAULT_IMAGE, "--json",
+                        env={**os.environ, "TMPDIR": str(temp)})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # TFX built the module file's wheel with `setup.py bdist_wheel`: that tool's output
+    # went to stderr, never before --json's line, and its build folders left with the verb.
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"Wrote {spec}" and len(lines) == 2, proc.stdout[:2000]
+    assert json.loads(lines[1])["ok"] is True
+    assert os.listdir(temp) == []
     job = json.loads(open(spec).read())
     executors = job["pipelineSpec"]["deploymentSpec"]["executors"]
     gen = executors["ParquetExampleGen_executor"]["container"]
