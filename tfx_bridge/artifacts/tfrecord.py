@@ -176,13 +176,10 @@ def gzip_ends(path: str, inflated_bytes: int, shown: Optional[str] = None) -> No
 
     name = shown or path
     try:
+        tail = fs.read_tail(path, 4)
+        if len(tail) == 4 and struct.unpack("<I", tail)[0] == inflated_bytes % (1 << 32):
+            return
         with fs.open_file(path, "rb") as f:
-            size = fs.size(path)
-            if size >= 18:  # a gzip header (10 bytes) and trailer (8)
-                f.seek(size - 4)
-                if struct.unpack("<I", f.read(4))[0] == inflated_bytes % (1 << 32):
-                    return
-                f.seek(0)
             _Source(f, name).read_to_end()
     except zlib.error as e:
         raise RecordFileError(f"{name}: gzip data is corrupt ({e}). Re-create the file.") from e

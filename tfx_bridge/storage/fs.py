@@ -158,6 +158,11 @@ def open_file(path: str, mode: str = "rb"):
     return _backend(path).open_file(path, mode)
 
 
+def read_tail(path: str, n: int) -> bytes:
+    """The last ``n`` bytes of a file (all of it when shorter), the rest not read."""
+    return _backend(path).read_tail(path, n)
+
+
 def hash_file(h, path: str, chunk: int = 1 << 20) -> None:
     """Feeds ``path``'s bytes to the hashlib object ``h`` in bounded chunks (a model
     file may be larger than memory should hold at once)."""

@@ -42,6 +42,12 @@ def size(path: str) -> int:
     return _g().stat(path).length
 
 
+def read_tail(path: str, n: int) -> bytes:
+    with _g().GFile(path, "rb") as f:
+        f.seek(max(0, size(path) - n))
+        return f.read(n)
+
+
 def read_bytes(path: str) -> bytes:
     with _g().GFile(path, "rb") as f:
         return f.read()

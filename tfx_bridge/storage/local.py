@@ -48,6 +48,12 @@ def size(path: str) -> int:
     return os.path.getsize(path)
 
 
+def read_tail(path: str, n: int) -> bytes:
+    with open_file(path, "rb") as f:
+        f.seek(max(0, os.fstat(f.fileno()).st_size - n))
+        return f.read(n)
+
+
 def read_bytes(path: str, nofollow: bool = False) -> bytes:
     with open_file(path, "rb", nofollow=nofollow) as f:
         return f.read()

@@ -176,6 +176,14 @@ def size(path: str) -> int:
     return int(_client().head_object(Bucket=bucket, Key=key)["ContentLength"])
 
 
+@_reported
+def read_tail(path: str, n: int) -> bytes:
+    bucket, key = split(path)
+    if size(path) == 0:  # a suffix range of an empty object is not satisfiable
+        return b""
+    return _client().get_object(Bucket=bucket, Key=key, Range=f"bytes=-{n}")["Body"].read()
+
+
 class _Reader(io.RawIOBase):
     def __init__(self, path: str):
         bucket, key = split(path)

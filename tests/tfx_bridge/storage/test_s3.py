@@ -46,3 +46,13 @@ def test_staged_locally_remote_copied_down_and_output_uploaded_only_on_success(s
                 f.write("x")
             raise RuntimeError("the tool failed")
     assert not fs.exists(f"{s3_bucket}/failed/half.txt")
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_read_tail_gives_the_last_bytes_without_seeking_the_stream(where, tmp_path, request):
+    root = request.getfixturevalue("s3_bucket") if where == "s3" else str(tmp_path)
+    for name, data in (("long", b"0123456789"), ("short", b"ab"), ("empty", b"")):
+        path = fs.join(root, name)
+        fs.write_bytes(path, data)
+        assert fs.read_tail(path, 4) == data[-4:], name
+
