@@ -131,15 +131,45 @@ def short_message(error: BaseException) -> str:
     return f"{type(error).__name__}: {informative_line(error)}"
 
 
+# JSON {file name: the user's path}: module files that run from a copy (TFX packages a
+# module file into a wheel and installs it in a temp folder, in every process that
+# loads it, ranks included) are named by the user's own path. Set by the component
+# that loads them, for a block (tfx_bridge.envvars.scoped); child processes inherit it.
+USER_SOURCES_ENV = "TFX_BRIDGE_USER_SOURCES"
+
+
+def _user_sources() -> dict:
+    import json
+    import os
+
+    try:
+        found = json.loads(os.environ.get(USER_SOURCES_ENV, "{}")[:65536])
+    except ValueError:
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)} \
+        if isinstance(found, dict) else {}
+
+
+def _shown(filename: str, sources: dict) -> str:
+    """``filename``, or the user's own file where it is a copy of one."""
+    import os
+
+    user = sources.get(os.path.basename(filename))
+    return user if user and os.path.abspath(filename) != os.path.abspath(user) else filename
+
+
 def user_frames(error: BaseException) -> str:
     """``file:line in function`` of the frames in the user's own code (a run_fn, a
     preprocessing_fn, their modules): the traceback without the library's frames
-    (site-packages, tfx-bridge's own, the interpreter's). A SyntaxError gives its line."""
+    (site-packages, tfx-bridge's own, the interpreter's), a copy of a module file
+    named by the user's own file (:data:`USER_SOURCES_ENV`). A SyntaxError gives
+    its line."""
     import os
     import traceback
 
+    sources = _user_sources()
     if isinstance(error, SyntaxError) and error.filename:
-        return f"{error.filename}:{error.lineno}"
+        return f"{_shown(error.filename, sources)}:{error.lineno}"
     ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     stdlib = os.path.dirname(os.__file__)
     frames = []
@@ -148,7 +178,7 @@ def user_frames(error: BaseException) -> str:
         if ("site-packages" in path or path.startswith((ours + os.sep, stdlib + os.sep))
                 or frame.filename.startswith("<")):
             continue
-        frames.append(f"{frame.filename}:{frame.lineno} in {frame.name}")
+        frames.append(f"{_shown(frame.filename, sources)}:{frame.lineno} in {frame.name}")
     return "; ".join(frames[-3:])
 
 

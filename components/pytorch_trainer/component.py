@@ -1,10 +1,14 @@
 """PyTorchTrainer: the stock TFX Trainer, training a torch.nn.Module in the user's run_fn."""
 from __future__ import annotations
 
+import os
+
 from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
 
 from tfx_bridge.components.pytorch_trainer import executor
+from tfx_bridge.components.pytorch_trainer.spec import MODULE_SOURCE_CONFIG
+from tfx_bridge.storage import fs
 
 
 class PyTorchTrainer(tfx.components.Trainer):
@@ -32,3 +36,12 @@ class PyTorchTrainer(tfx.components.Trainer):
     """
 
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+
+    def __init__(self, *args, module_file=None, custom_config=None, **kwargs):
+        # TFX packages a module file into a wheel and every process runs a copy of it:
+        # its own path travels in custom_config, so an error names the user's file.
+        if isinstance(module_file, str) and module_file and (
+                custom_config is None or isinstance(custom_config, dict)):
+            source = module_file if fs.is_remote(module_file) else os.path.abspath(module_file)
+            custom_config = {**(custom_config or {}), MODULE_SOURCE_CONFIG: source}
+        super().__init__(*args, module_file=module_file, custom_config=custom_config, **kwargs)

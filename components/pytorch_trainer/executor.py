@@ -30,12 +30,13 @@ from tfx_bridge.components.pytorch_trainer.spec import (
     MODULE_CLASS_PROPERTY,
     MODULE_FILE_KEY,
     MODULE_PATH_KEY,
+    MODULE_SOURCE_CONFIG,
     RETRAINED_PROPERTY,
     RUN_FN_KEY,
     TRANSFORM_GRAPH_KEY,
     WARM_START_PROPERTY,
 )
-from tfx_bridge.errors import BridgeError, describe_failure
+from tfx_bridge.errors import USER_SOURCES_ENV, BridgeError, describe_failure
 from tfx_bridge.storage import fs
 from tfx_bridge.torch import distributed
 from tfx_bridge.torch import model as torch_model
@@ -57,9 +58,32 @@ def training_recipe(run_fn, exec_properties: Dict[str, Any],
     graph = input_dict.get(TRANSFORM_GRAPH_KEY)
     parts = [source, getattr(run_fn, "__qualname__", "").encode()]
     parts += [str(exec_properties.get(k)).encode()
-              for k in ("train_args", "eval_args", "custom_config", MODULE_PATH_KEY)]
+              for k in ("train_args", "eval_args", MODULE_PATH_KEY)]
+    # Where the module file lay when the pipeline was built is not part of the recipe.
+    config = dict(_custom_config(exec_properties))
+    config.pop(MODULE_SOURCE_CONFIG, None)
+    parts.append(json.dumps(config, sort_keys=True, default=str).encode())
     parts.append((artifact_utils.get_single_uri(graph) if graph else "").encode())
     return hashlib.sha256(b"\0".join(parts)).hexdigest()
+
+
+def _custom_config(exec_properties: Dict[str, Any]) -> Dict[str, Any]:
+    raw = exec_properties.get("custom_config")
+    try:
+        found = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return {"": raw}
+    return found if isinstance(found, dict) else {"": found}
+
+
+def _user_sources(exec_properties: Dict[str, Any]):
+    """The run_fn module file's own path, for errors raised in its copies
+    (:data:`tfx_bridge.errors.USER_SOURCES_ENV`); None without one."""
+    source = _custom_config(exec_properties).get(MODULE_SOURCE_CONFIG) or \
+        exec_properties.get(MODULE_FILE_KEY)
+    if not isinstance(source, str) or not source:
+        return None
+    return json.dumps({fs.basename(source): source})
 
 
 NUM_WORKERS_KEY = "num_workers"  # custom_config: processes training under torch.distributed
@@ -151,6 +175,14 @@ class Executor(trainer_executor.GenericExecutor):
            exec_properties: Dict[str, Any]) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
         fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
+        if isinstance(fn_args.custom_config, dict):  # the run_fn's settings only
+            fn_args.custom_config.pop(MODULE_SOURCE_CONFIG, None)
+        with envvars.scoped(USER_SOURCES_ENV, _user_sources(exec_properties)):
+            self._train_and_check(fn_args, input_dict, output_dict, exec_properties)
+
+    def _train_and_check(self, fn_args, input_dict: Dict[str, List[types.Artifact]],
+                         output_dict: Dict[str, List[types.Artifact]],
+                         exec_properties: Dict[str, Any]) -> None:
         model = artifact_utils.get_single_instance(output_dict[MODEL_KEY])
         fn_args.serving_model_dir = torch_model.folder_of(model.uri)
         fn_args.base_model = None
@@ -168,6 +200,7 @@ class Executor(trainer_executor.GenericExecutor):
         # The run_fn loads every run, also when the model is re-emitted: a typo surfaces
         # now, not on the next new span.
         where = exec_properties.get(RUN_FN_KEY) or exec_properties.get(MODULE_FILE_KEY) or \
+            _custom_config(exec_properties).get(MODULE_SOURCE_CONFIG) or \
             exec_properties.get(MODULE_PATH_KEY)
         try:
             run_fn = udf_utils.get_fn(exec_properties, RUN_FN_KEY)

@@ -14,6 +14,9 @@ TRANSFORM_GRAPH_KEY = standard_component_specs.TRANSFORM_GRAPH_KEY
 RUN_FN_KEY = standard_component_specs.RUN_FN_KEY
 MODULE_FILE_KEY = standard_component_specs.MODULE_FILE_KEY
 MODULE_PATH_KEY = standard_component_specs.MODULE_PATH_KEY
+# custom_config: the module file's own path as the pipeline was built (TFX runs a copy
+# from the wheel it packages); errors name it. Taken out before the run_fn sees it.
+MODULE_SOURCE_CONFIG = "tfx_bridge_module_file"
 # Custom properties on the trained Model (docs/ARCHITECTURE.md).
 MODULE_CLASS_PROPERTY = "module_class"
 WARM_START_PROPERTY = "warm_started_from"

@@ -228,10 +228,17 @@ def test_trainer_executor_same_examples_and_recipe_reemits_changed_recipe_trains
         train("broken", base=first, run_fn="nosuchpkg.train.run_fn")
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers,route", [(1, "module_file"), (1, "packaged"),
+                                           (2, "packaged")])
 def test_trainer_executor_run_fn_that_raises_named_with_the_users_line(trained, tmp_path,
-                                                                       workers):
+                                                                       workers, route):
+    """``module_file`` as given; ``packaged`` as a pipeline runs it: TFX's wheel of the
+    module file, installed in a temp folder by every process that loads it (ranks
+    too), and still named by the user's own file."""
+    from tfx.components.util import udf_utils
     from tfx.types import standard_artifacts
+
+    from tfx_bridge.components.pytorch_trainer.spec import MODULE_SOURCE_CONFIG
 
     module = tmp_path / "my_trainer.py"
     # Under two processes only rank 1 raises: the run fails with rank 1's error.
@@ -252,14 +259,21 @@ def test_trainer_executor_run_fn_that_raises_named_with_the_users_line(trained, 
     graph.uri = trained["graph"]
     out, run = standard_artifacts.Model(), standard_artifacts.ModelRun()
     out.uri, run.uri = str(tmp_path / "model"), str(tmp_path / "run")
+    config = {"num_workers": workers}
+    loaded = {"module_file": str(module)}
+    if route == "packaged":
+        _, packaged = udf_utils.package_user_module_file(
+            "PyTorchTrainer", str(module), str(tmp_path / "root"))
+        loaded = {"module_path": packaged}
+        config[MODULE_SOURCE_CONFIG] = str(module)
     with pytest.raises(RunFnError, match=rf"the run_fn {module}:? {rank}ValueError: learning "
                        rf"rate schedule needs 5 > 10 \(tf reader\) "
                        rf"\(at {module}:{line} in run_fn\)"):
         trainer_executor.Executor().Do(
             {"examples": [examples], "transform_graph": [graph]},
             {"model": [out], "model_run": [run]},
-            {"module_file": str(module), "train_args": '{"num_steps": 5}',
-             "eval_args": "{}", "custom_config": json.dumps({"num_workers": workers})})
+            {**loaded, "train_args": '{"num_steps": 5}', "eval_args": "{}",
+             "custom_config": json.dumps(config)})
 
 
 @pytest.fixture(scope="module")
