@@ -90,7 +90,8 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
         raise
     except Exception as e:
         raise ModelSourceError(_export_failure(
-            e, inputs, lambda kind: _locate(exported, args, kind))) from e
+            e, inputs, lambda kind: _locate(exported, args, kind),
+            script=isinstance(module, torch.jit.ScriptModule))) from e
     model = onnx.load(path)
     if len(model.graph.output) != len(output_names):
         raise ImporterConfigError(
@@ -132,12 +133,15 @@ def export_prefix(module) -> str:
     return module_rewrites.WRAPPER_ATTRIBUTE + "."
 
 
-def _export_failure(error: Exception, inputs: Sequence[TensorSpec], locate=None) -> str:
-    """What torch.onnx.export's error means for the user, and the fix.
+def _export_failure(error: Exception, inputs: Sequence[TensorSpec], locate=None,
+                    script: bool = False) -> str:
+    """What torch.onnx.export's error means for the user: the op, where the model
+    calls it, the cause (a torch limitation, a shape the exporter cannot know, a
+    TorchScript graph without shapes) and the fix for that cause.
 
     ``locate(kind)``: where the model calls op ``kind`` ("at file:line in fn(),
     PyTorch module ..."), for torch's "Exporting the operator ... is not
-    supported", which names neither.
+    supported", which names neither. ``script``: the model came as TorchScript.
     """
     text = str(error)
     first = next((ln for ln in text.splitlines() if ln.strip()), type(error).__name__)
@@ -151,15 +155,35 @@ def _export_failure(error: Exception, inputs: Sequence[TensorSpec], locate=None)
         return (f"{names.group(1)} output names are declared, but forward() returns "
                 f"{names.group(2)} output(s): declare one --output-name (output_names entry) "
                 "per returned tensor, in order.")
+    # torch.jit.save keeps no shapes in the graph: symbolics that need a rank fail there,
+    # and some fail inside torch (an IndexError on a shape list) rather than say so.
+    other_forms = ("the TorchScript file keeps no tensor shapes, which the exporter "
+                   "needs here: hand over the same model as a state_dict (--state-dict "
+                   "with --module-class) or as ONNX exported from the Python module")
     op = _symbolic_failure(text)
     unsupported = re.match(r"Exporting the operator '([\w:.]+)'", text)
     if op is not None and unsupported and locate is not None:
         where = locate(unsupported.group(1))
         op = f"{op} ({where})" if where else op
     if op is not None:
-        return (f"torch.onnx.export refused the model: {op}. Write that line with ops the "
-                "exporter supports (e.g. cast integer masks to bool before |, & or ~), or "
-                "export the model to ONNX yourself and hand over the file.")
+        if re.search(r"unknown (rank|shape)|rank is unknown|shape is unknown", text):
+            cause = other_forms if script else (
+                "the exporter cannot know this tensor's rank (its shape depends on the "
+                "data): give it a fixed rank on that line (e.g. reshape to known sizes)")
+        elif unsupported:
+            cause = ("torch's exporter has no ONNX form for it at this opset (a torch "
+                     "limitation): write that line with other ops, or export the model to "
+                     "ONNX yourself where torch can (a newer opset, the dynamo exporter) "
+                     "and hand over the file")
+        elif re.search(r"bitwise|__(or|and|xor|not)_", text):
+            cause = "cast integer masks to bool before |, & or ~ on that line"
+        else:
+            cause = ("write that line with ops the exporter supports, or export the model "
+                     "to ONNX yourself and hand over the file")
+        return f"torch.onnx.export refused the model: {op}. Cause and fix: {cause}."
+    if script:
+        return (f"torch.onnx.export failed inside torch on this TorchScript graph "
+                f"({type(error).__name__}: {first[:300]}): {other_forms}.")
     return (f"torch.onnx.export failed: {type(error).__name__}: {first[:500]}. Check the "
             f"declared inputs ({', '.join(s.to_text() for s in inputs)}) match forward()'s "
             "arguments in order, and write data-dependent control flow densely (e.g. top-k "

@@ -1,6 +1,7 @@
 """Conversion refusals name the op, node, variant, shapes, PyTorch module and the fix."""
 from __future__ import annotations
 
+import io
 import os
 import sys
 
@@ -80,7 +81,56 @@ def test_export_unsupported_torch_op_names_reason_line_and_module(tmp_path):
     with pytest.raises(ModelSourceError,
                        match=r"torch\.onnx\.export refused the model: .*aten::cummax.* "
                              r"not supported.*\(at test_refusals\.py:\d+ in "
-                             r"forward\(\), PyTorch module 'block' \(_MaskInner\)\)\. Write "
-                             r"that line") as e:
+                             r"forward\(\), PyTorch module 'block' \(_MaskInner\)\)\. Cause "
+                             r"and fix: torch's exporter has no ONNX form for it at this "
+                             r"opset \(a torch limitation\)") as e:
         stage.export_onnx(_MaskOuter().eval(), specs, ["y"], str(tmp_path / "m.onnx"))
     assert "Caused by" not in str(e.value) and "%" not in str(e.value)
+
+
+class _Decoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dec = torch.nn.TransformerDecoder(
+            torch.nn.TransformerDecoderLayer(16, 4, 32, batch_first=True), 1)
+
+    def forward(self, x, memory):
+        return self.dec(x, memory).mean(1)
+
+
+def test_export_torchscript_graph_without_shapes_refused_naming_that_cause_and_other_forms(
+        tmp_path):
+    """A traced TransformerDecoder saved with torch.jit.save: its cross-attention needs
+    a rank the saved graph no longer has."""
+    from tfx_bridge.components.pytorch_model_importer.errors import ModelSourceError
+    from tfx_bridge.components.pytorch_model_importer.export import stage
+
+    path = str(tmp_path / "decoder.pt")
+    with torch.no_grad():
+        torch.jit.trace(_Decoder().eval(), (torch.randn(2, 5, 16), torch.randn(2, 7, 16))
+                        ).save(path)
+    specs = signature.parse_input_specs(["x:float32:-1,5,16", "memory:float32:-1,7,16"])
+    with pytest.raises(ModelSourceError, match=r"unknown rank \(at functional\.py:\d+ in "
+                       r"_in_projection_packed\(\), PyTorch module 'dec\.layers\.0\."
+                       r"multihead_attn' \(MultiheadAttention\)\)\. Cause and fix: the "
+                       r"TorchScript file keeps no tensor shapes.*--state-dict") as e:
+        stage.export_onnx(torch.jit.load(path).eval(), specs, ["y"],
+                          str(tmp_path / "m.onnx"))
+    assert "cast integer masks" not in str(e.value)
+
+
+def test_export_failure_bitwise_op_on_integers_advises_bool_masks():
+    from tfx_bridge.components.pytorch_model_importer.export import stage
+
+    class Or(torch.nn.Module):
+        def forward(self, a):
+            return (a | (a + 1)).float()
+
+    with pytest.raises(Exception) as raised:
+        torch.onnx.export(Or(), (torch.ones(2, 3, dtype=torch.int64),), io.BytesIO(),
+                          opset_version=17, dynamo=False)
+    said = stage._export_failure(raised.value, [])
+    assert said.startswith("torch.onnx.export refused the model: ONNX export does NOT "
+                           "support exporting bitwise OR"), said
+    assert said.endswith("Cause and fix: cast integer masks to bool before |, & or ~ on "
+                         "that line."), said
