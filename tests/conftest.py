@@ -239,6 +239,26 @@ def cli_in_child():
     return _cli_in_child
 
 
+def _atomic_conditional_puts() -> None:
+    """S3 makes a conditional PutObject (If-None-Match / If-Match) atomic; moto's
+    server checks, then writes, on concurrent request threads, so under load two
+    creators of one key could both succeed. One put at a time, as S3 behaves."""
+    import threading
+
+    from moto.s3.responses import S3Response
+
+    if getattr(S3Response.put_object, "_atomic", False):
+        return
+    lock, put = threading.Lock(), S3Response.put_object
+
+    def put_object(self, *args, **kwargs):
+        with lock:
+            return put(self, *args, **kwargs)
+
+    put_object._atomic = True
+    S3Response.put_object = put_object
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """An S3-compatible server (moto's server mode) on 127.0.0.1 for the session,
@@ -247,6 +267,7 @@ def s3_server():
     import logging
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
+    _atomic_conditional_puts()
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
