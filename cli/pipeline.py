@@ -32,10 +32,11 @@ def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
     config = PipelineConfig(train_steps=args.train_steps,  # checked before the slow imports
                             optimizer_iterations=args.optimizer_iterations,
                             lock_timeout_s=args.lock_timeout)
+    workdir = shown(args.workdir)
+    waited = run_env.wait_for_workdir(workdir, config.lock_timeout_s)
     run_env.loading(args)
     from tfx_bridge.pipelines import runner
 
-    workdir = shown(args.workdir)
     if args.object_root and not fs.is_remote(args.object_root):
         raise UsageError(f"--object-root {args.object_root} is not a URI: give s3://bucket/"
                          "prefix (as on Kubeflow), or leave it out to keep everything in "
@@ -48,7 +49,7 @@ def cmd_demo(args: argparse.Namespace) -> Dict[str, Any]:
     serving_base = fs.join(root, runner.SERVING_DIR)
     settings = run_env.beam_settings(args)
     beam = run_env.object_store_run([root, serving_base])
-    with run_env.run_lock(args, workdir, config.lock_timeout_s), \
+    with run_env.run_lock(args, workdir, max(0.0, config.lock_timeout_s - waited)), \
             run_env.run_lock(args, serving_base, config.lock_timeout_s, config.model_name):
         return _demo(args, config, workdir, root, data_root, pipeline_root, serving_base,
                      (settings, beam))
@@ -162,11 +163,12 @@ def _check_user_modules(config: PipelineConfig, files_only: bool = False) -> Non
 
 
 def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
+    workdir = shown(args.workdir)
+    waited = run_env.wait_for_workdir(workdir, args.lock_timeout)
     run_env.loading(args)
     from tfx_bridge.pipelines import runner
 
     progress = Progress(2, enabled=not args.quiet)
-    workdir = shown(args.workdir)
     pipeline_root = args.pipeline_root or os.path.join(workdir, runner.PIPELINE_ROOT_DIR)
     config, transform_source = _mode_config(args)
     settings = run_env.beam_settings(args)
@@ -178,7 +180,7 @@ def cmd_run(args: argparse.Namespace) -> Dict[str, Any]:
     # user modules' check).
     model_source, note = runner.check_run_inputs(args.data_root, args.model_source)
     # A busy workdir is refused before the user's imports.
-    with run_env.run_lock(args, workdir, config.lock_timeout_s):
+    with run_env.run_lock(args, workdir, max(0.0, config.lock_timeout_s - waited)):
         _check_user_modules(config)
         with run_env.run_lock(args, args.serving_base_path, config.lock_timeout_s,
                               config.model_name):

@@ -61,6 +61,15 @@ def optimizer_line(opt: Dict[str, Any]) -> str:
     return line + (f"; needs {opt['serving_flags']}" if opt["serving_flags"] else "")
 
 
+def wait_for_workdir(workdir: str, timeout_s: float) -> float:
+    """A workdir another run holds is refused (exit 4) before the imports, which take
+    many seconds: a scheduled run that finds the last one still going ends at once.
+    Returns the seconds waited for it, which the run's lock timeout is reduced by."""
+    from tfx_bridge import runlock
+
+    return runlock.wait_while_held(workdir, timeout_s)
+
+
 @contextlib.contextmanager
 def run_lock(args: argparse.Namespace, folder: str, timeout_s: float,
              model_name: Optional[str] = None):

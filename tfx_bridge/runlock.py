@@ -145,6 +145,45 @@ def wait_for_flock(fd: int, timeout_s: float, poll_s: float = 0.05) -> bool:
         time.sleep(poll_s)
 
 
+def _held(fd: int, path: str, what: str, timeout_s: float) -> RunLocked:
+    holder = Holder.parse(_read(fd))
+    who = holder.describe() if holder else "a holder that has not said who"
+    waited = (f"Waited {timeout_s:g}s for it" if timeout_s
+              else "Not waiting for it (--lock-timeout 0)")
+    return RunLocked(
+        f"Another run holds {what} ({path}): {who}. {waited}. Nothing is wrong "
+        "with the input: retry when that run finishes, or wait for it with "
+        "--lock-timeout SECONDS.")
+
+
+def wait_while_held(folder: str, timeout_s: float = 0.0, what: str = "this workdir",
+                    name: str = LOCK_FILE) -> float:
+    """Before a run's slow start (imports of many seconds): waits up to ``timeout_s``
+    while another run holds ``folder``'s run lock, then raises :class:`RunLocked`
+    as :func:`run_lock` would, so a busy folder is refused at once, not after the
+    imports. Creates and holds nothing (a folder or lock file that is missing or
+    not plain is left for :func:`run_lock` to refuse); returns the seconds it waited,
+    to be taken off the timeout :func:`run_lock` is given."""
+    from tfx_bridge.storage import fs
+
+    if fs.is_remote(folder):
+        return 0.0
+    path = os.path.join(folder, name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return 0.0
+    start = time.monotonic()
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return 0.0
+        if not wait_for_flock(fd, timeout_s, poll_s=0.2):
+            raise _held(fd, path, what, timeout_s)
+        return time.monotonic() - start
+    finally:
+        os.close(fd)  # releases it at once: the run takes it with run_lock
+
+
 def model_lock_name(model_name: str) -> str:
     """The run lock file of a served model, in its serving base path: the same for
     every route that runs a pipeline (``run``, ``demo``, the Kubeflow local runner)."""
@@ -173,14 +212,7 @@ def run_lock(folder: str, timeout_s: float = 0.0, command: Optional[str] = None,
     fd = open_lock_file(path)
     try:
         if not wait_for_flock(fd, timeout_s, poll_s=0.2):
-            holder = Holder.parse(_read(fd))
-            who = holder.describe() if holder else "a holder that has not said who"
-            waited = (f"Waited {timeout_s:g}s for it" if timeout_s
-                      else "Not waiting for it (--lock-timeout 0)")
-            raise RunLocked(
-                f"Another run holds {what} ({path}): {who}. {waited}. Nothing is wrong "
-                "with the input: retry when that run finishes, or wait for it with "
-                "--lock-timeout SECONDS.")
+            raise _held(fd, path, what, timeout_s)
         # A holder that finished emptied the file; one still named here died holding it.
         taken_over = Holder.parse(_read(fd))
         os.ftruncate(fd, 0)

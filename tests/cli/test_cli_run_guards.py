@@ -42,6 +42,20 @@ def test_cli_run_while_another_run_holds_workdir_or_model_exit_4_naming_it(tmp_p
     assert time.monotonic() - start < 20  # refused before any pipeline work
 
 
+@pytest.mark.parametrize("verb", ["run", "demo"])
+def test_cli_busy_workdir_refused_before_the_imports_exit_4(tmp_path, capfd, hold_run_lock,
+                                                            verb):
+    """A scheduled run that finds the last one still going ends at once: the refusal
+    comes before the slow imports are announced."""
+    proc = hold_run_lock(tmp_path / "work", LOCK_FILE)
+    args = _run_args(tmp_path) if verb == "run" else ["demo", "--workdir",
+                                                      str(tmp_path / "work")]
+    code, _, err = _main(capfd, *args)
+    assert code == cli.EXIT_BUSY, err
+    assert f"pid {proc.pid}" in err and "Not waiting for it" in err, err
+    assert "Loading TFX" not in err and "Traceback" not in err, err
+
+
 def test_cli_run_lock_left_by_a_dead_run_taken_over_and_said(tmp_path, capfd):
     (tmp_path / "work").mkdir()
     dead = {"pid": 999_999_999, "host": "cron-host", "started": "2026-12-01T02:00:00+00:00",

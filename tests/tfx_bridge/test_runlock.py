@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tfx_bridge.runlock import LOCK_FILE, RunLocked, RunLockError, run_lock
+from tfx_bridge.runlock import LOCK_FILE, RunLocked, RunLockError, run_lock, wait_while_held
 
 _HOLD = ("import sys, time\n"
          "from tfx_bridge.runlock import run_lock\n"
@@ -65,6 +65,43 @@ def test_run_lock_released_while_waiting_is_taken(tmp_path):
         holder = json.loads((tmp_path / LOCK_FILE).read_text())
         assert holder["pid"] == os.getpid()
     assert (tmp_path / LOCK_FILE).read_text() == ""
+
+
+def test_wait_while_held_held_by_another_process_refused_naming_it(tmp_path):
+    proc = _holder(str(tmp_path))
+    try:
+        with pytest.raises(RunLocked, match=rf"Another run holds this workdir .*pid {proc.pid} "
+                           r"on .*Waited 0\.5s for it"):
+            wait_while_held(str(tmp_path), timeout_s=0.5)
+    finally:
+        proc.kill()
+        proc.wait()
+    # The holder is gone: free now, and still not held by the probe.
+    assert wait_while_held(str(tmp_path)) >= 0
+    with run_lock(str(tmp_path)):
+        pass
+
+
+def test_wait_while_held_released_meanwhile_returns_the_seconds_waited(tmp_path):
+    outer = run_lock(str(tmp_path), command="first")
+    outer.__enter__()
+    threading.Timer(0.5, outer.__exit__, (None, None, None)).start()
+    assert wait_while_held(str(tmp_path), timeout_s=30) > 0
+
+
+@pytest.mark.parametrize("kind", ["missing folder", "no lock file", "fifo", "symlink"])
+def test_wait_while_held_nothing_to_wait_for_creates_nothing_and_never_hangs(tmp_path, kind):
+    folder = tmp_path / "work"
+    if kind != "missing folder":
+        folder.mkdir()
+    if kind == "fifo":
+        os.mkfifo(folder / LOCK_FILE)
+    elif kind == "symlink":
+        (tmp_path / "elsewhere").write_text("")
+        os.symlink(tmp_path / "elsewhere", folder / LOCK_FILE)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    assert wait_while_held(str(folder), timeout_s=30) == 0
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 
 def test_run_lock_holder_killed_is_taken_over_and_named(tmp_path):
