@@ -53,6 +53,8 @@ from catalog_torch_nn import (  # noqa: F401 (re-exported: catalog:Class hand-ov
     SASRec,
     ScatterPool,
     SeparableGroupNormNet,
+    SpatialTransformer,
+    StftFrontEnd,
     TinyUNet,
     WhereGate,
     build_torch_nn,

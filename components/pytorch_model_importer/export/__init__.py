@@ -15,7 +15,10 @@ in force while torch exports:
   onnx_ops.py's graph helpers);
 - symbolic_rewrites.py: torch symbolics that export wrongly or not at all,
   replaced; it registers complex_pairs.py (complex values as real pairs),
-  spectral.py (torch.fft), scatter_reduce.py and integer_bitwise.py;
+  spectral.py (torch.fft, torch.stft), grids.py (affine_grid below opset 20),
+  scatter_reduce.py and integer_bitwise.py;
+- retrace.py: a loaded TorchScript module traced again through its own graph
+  when its export needed shapes the saved graph lacks;
 - registry.py: torch.onnx's symbolic registry for a block, and torch's own
   symbolics kept for the calls ours leave to it.
 """

@@ -12,7 +12,12 @@ refused. For the duration of an export, :func:`symbolics` gives them one:
   The angles are exact: ``(k * t) mod n`` is computed in int64 before the one
   float multiply by ``2 * pi / n``. ``n`` pads or truncates as in torch
   (rows past ``n`` are zero; missing rows are the zero padding);
-- complex arithmetic on the pairs is complex_pairs.py's.
+- complex arithmetic on the pairs is complex_pairs.py's;
+- ``torch.stft`` (which torch exports only as ONNX STFT, and not with complex
+  output) is the frames gathered from the signal (``1 + (T - n_fft) // hop``
+  of them, so dynamic lengths export), times the window (zero-padded to
+  ``n_fft`` about its centre, as torch pads it), then the same DFT MatMul;
+  ``center=True``'s padding is traced before it as ordinary ops.
 """
 from __future__ import annotations
 
@@ -196,7 +201,67 @@ def _fftn(kind: str, default_dim: Optional[Sequence[int]] = None):
     return symbolic
 
 
+def _flag(value, default: bool, what: str, like) -> bool:
+    if value is None or sym._is_none(value):
+        return default
+    const = sym._maybe_get_const(value, "b")
+    if not isinstance(const, (bool, int)):
+        refuse(f"stft {what} must be constant to export", like)
+    return bool(const)
+
+
+def _stft(g, self, n_fft, hop_length=None, win_length=None, window=None, normalized=None,
+          onesided=None, return_complex=None):
+    """torch.stft without centring (torch.stft pads before calling it): frames x window,
+    each frame's DFT. Output [..., bins, frames] as complex pairs, or real pairs with
+    ``return_complex=False``."""
+    _USED.append("stft")
+    if is_complex(self):
+        refuse("stft of a complex signal (export takes a real one)", self)
+    rank = real_rank(self)
+    n = const_int(n_fft, "stft n_fft")
+    hop = n // 4 if hop_length is None or sym._is_none(hop_length) else const_int(
+        hop_length, "stft hop_length")
+    win = n if win_length is None or sym._is_none(win_length) else const_int(
+        win_length, "stft win_length")
+    if rank not in (1, 2) or n < 1 or hop < 1 or not 0 < win <= n:
+        refuse(f"stft of rank {rank} with n_fft {n}, hop_length {hop}, win_length {win} "
+               "(torch takes a 1-D or 2-D signal, 0 < win_length <= n_fft, hop >= 1)", self)
+    note_dtype(self)
+    axis = rank - 1
+    frames = g.op("Add", g.op("Div", g.op("Sub", _length(g, self, axis), i64(g, n)),
+                              i64(g, hop)), i64(g, 1))
+    starts = g.op("Mul", g.op("Range", i64(g, 0), frames, i64(g, 1)), i64(g, hop))
+    index = g.op("Add", sym._unsqueeze_helper(g, starts, [1]),
+                 sym._unsqueeze_helper(g, g.op("Range", i64(g, 0), i64(g, n), i64(g, 1)),
+                                       [0]))
+    framed = g.op("Gather", self, index, axis_i=axis)  # [..., frames, n_fft]
+    if window is not None and not sym._is_none(window):
+        if win < n:  # torch centres a shorter window in n_fft with zeros
+            left = (n - win) // 2
+            window = g.op("Pad", window, i64(g, [left, n - win - left]))
+        framed = g.op("Mul", framed, cast_like(g, window, framed))
+    elif win < n:
+        ones = cast_like(g, g.op("Constant", value_t=torch.ones(win)), framed)
+        left = (n - win) // 2
+        framed = g.op("Mul", framed, g.op("Pad", ones, i64(g, [left, n - win - left])))
+    bins = n // 2 + 1 if _flag(onesided, True, "onesided", self) else n
+    cos, sin, _, _ = _trig(g, i64(g, n), i64(g, bins), i64(g, n), framed)
+    if _flag(normalized, False, "normalized", self):
+        factor = cast_like(g, g.op("Constant", value_t=torch.tensor(1.0 / math.sqrt(n))),
+                           framed)
+        cos, sin = g.op("Mul", cos, factor), g.op("Mul", sin, factor)
+    perm = list(range(rank - 1)) + [rank, rank - 1]  # [..., frames, bins] -> [..., bins, frames]
+    re = g.op("Transpose", g.op("MatMul", framed, cos), perm_i=perm)
+    im = g.op("Transpose", g.op("Neg", g.op("MatMul", framed, sin)), perm_i=perm)
+    if _flag(return_complex, True, "return_complex", self):
+        return join(g, re, im)
+    return g.op("Concat", sym._unsqueeze_helper(g, re, [-1]), sym._unsqueeze_helper(g, im, [-1]),
+                axis_i=-1)
+
+
 _FFT = {
+    "aten::stft": _stft,
     "aten::fft_fft": _fft1("fft"), "aten::fft_ifft": _fft1("ifft"),
     "aten::fft_rfft": _fft1("rfft"), "aten::fft_irfft": _fft1("irfft"),
     "aten::fft_fftn": _fftn("fftn"), "aten::fft_ifftn": _fftn("ifftn"),

@@ -51,11 +51,7 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
     """
     torch = lazy_torch()
     onnx = lazy_onnx()
-    from tfx_bridge.components.pytorch_model_importer.export import (
-        fused,
-        module_rewrites,
-        symbolic_rewrites,
-    )
+    from tfx_bridge.components.pytorch_model_importer.export import module_rewrites
 
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ImporterConfigError(
@@ -66,32 +62,25 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
                         for i, d in enumerate(s.shape) if d < 0} for s in inputs}
     for name in output_names:
         dynamic[name] = {0: "batch"}
-    fastpath = module_rewrites.uses_fastpath_modules(module)
-    decomposed = fused.rewrites(module)  # [] unless a TorchScript graph holds fused kernels
-    if decomposed:
-        fastpath = []  # the fast-path switch changes nothing in an already traced graph
     try:
-        with fused.onnx_symbolics(), symbolic_rewrites.onnx_symbolics(), \
-                module_rewrites.mha_fastpath_off(), \
-                module_rewrites.model_export_paths(module) as export_paths, \
-                module_rewrites.autograd_functions_inlined() as inlined, \
-                module_rewrites.dense_embedding_bags(module) as (exported, bags), \
-                torch.no_grad(), warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", torch.jit.TracerWarning)
-            if not isinstance(exported, torch.jit.ScriptModule):
-                exported = module_rewrites.Positional(exported)
-            torch.onnx.export(exported, args, path, input_names=[s.name for s in inputs],
-                              output_names=list(output_names), dynamic_axes=dynamic,
-                              opset_version=opset, do_constant_folding=True, dynamo=False)
-        applied_symbolics = symbolic_rewrites.rewrites()
-        if trace_warnings is not None:
-            trace_warnings.extend(_trace_warnings(caught, torch.jit.TracerWarning))
-    except ImporterError:
-        raise
-    except Exception as e:
-        raise ModelSourceError(_export_failure(
+        applied_symbolics, decomposed, fastpath, export_paths, inlined, bags = _export(
+            module, args, inputs, output_names, path, opset, dynamic, trace_warnings)
+        retraced = []
+    except _ExportFailed as failed:
+        e, exported = failed.__cause__, failed.exported
+        failure = ModelSourceError(_export_failure(
             e, inputs, lambda kind: _locate(exported, args, kind),
-            script=isinstance(module, torch.jit.ScriptModule))) from e
+            script=isinstance(module, torch.jit.ScriptModule)))
+        again = _retraced(module, args)
+        if again is None:
+            raise failure from e
+        try:
+            applied_symbolics, decomposed, fastpath, export_paths, inlined, bags = _export(
+                again, args, inputs, output_names, path, opset, dynamic, trace_warnings)
+        except _ExportFailed:
+            raise failure from e  # the first failure names the user's module
+        fastpath = []  # a TorchScript graph's attention ran as recorded; nothing switched
+        retraced = [_retrace_rewrite(str(failure))]
     model = onnx.load(path)
     if len(model.graph.output) != len(output_names):
         raise ImporterConfigError(
@@ -99,7 +88,7 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
             f"{len(output_names)} --output-name were given ({list(output_names)}).")
     onnx.checker.check_model(model)
     onnx.save(onnx.shape_inference.infer_shapes(model), path)
-    applied = list(decomposed) + applied_symbolics + module_rewrites.rewrites(
+    applied = retraced + list(decomposed) + applied_symbolics + module_rewrites.rewrites(
         fastpath, inlined, export_paths, module_rewrites.dense_names(bags))
     unused = unused_inputs(model, inputs)
     if unused:
@@ -108,6 +97,71 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
             "the model never reads these declared inputs, so the exported graph has none; "
             "the serving signatures still take them (clients send them) and ignore them"))
     return applied
+
+
+class _ExportFailed(Exception):
+    """torch.onnx.export raised (the cause); ``exported`` is the module it was given."""
+
+    def __init__(self, exported):
+        super().__init__("torch.onnx.export failed")
+        self.exported = exported
+
+
+def _export(module, args, inputs, output_names, path, opset, dynamic, trace_warnings):
+    """One torch.onnx.export of ``module`` with every rewrite in force; what it applied.
+    A failure of torch's is :class:`_ExportFailed` (ours, ImporterError, pass as they are)."""
+    torch = lazy_torch()
+    from tfx_bridge.components.pytorch_model_importer.export import (
+        fused,
+        module_rewrites,
+        symbolic_rewrites,
+    )
+
+    fastpath = module_rewrites.uses_fastpath_modules(module)
+    decomposed = fused.rewrites(module)  # [] unless a TorchScript graph holds fused kernels
+    if decomposed:
+        fastpath = []  # the fast-path switch changes nothing in an already traced graph
+    with fused.onnx_symbolics(), symbolic_rewrites.onnx_symbolics(), \
+            module_rewrites.mha_fastpath_off(), \
+            module_rewrites.model_export_paths(module) as export_paths, \
+            module_rewrites.autograd_functions_inlined() as inlined, \
+            module_rewrites.dense_embedding_bags(module) as (exported, bags), \
+            torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", torch.jit.TracerWarning)
+        if not isinstance(exported, torch.jit.ScriptModule):
+            exported = module_rewrites.Positional(exported)
+        try:
+            torch.onnx.export(exported, args, path, input_names=[s.name for s in inputs],
+                              output_names=list(output_names), dynamic_axes=dynamic,
+                              opset_version=opset, do_constant_folding=True, dynamo=False)
+        except ImporterError:
+            raise
+        except Exception as e:
+            raise _ExportFailed(exported) from e
+    applied_symbolics = symbolic_rewrites.rewrites()
+    if trace_warnings is not None:
+        trace_warnings.extend(_trace_warnings(caught, torch.jit.TracerWarning))
+    return applied_symbolics, decomposed, fastpath, export_paths, inlined, bags
+
+
+def _retraced(module, args):
+    """A loaded TorchScript module run op by op for a second export (retrace.py), or None."""
+    torch = lazy_torch()
+    if not isinstance(module, torch.jit.ScriptModule):
+        return None
+    from tfx_bridge.components.pytorch_model_importer.export import retrace
+
+    return retrace.retraced(module, args)
+
+
+def _retrace_rewrite(failure: str) -> Rewrite:
+    from tfx_bridge.components.pytorch_model_importer.export import retrace
+
+    first = failure.split(": ", 1)[-1].split(" (at ")[0]
+    return Rewrite(retrace.RETRACED, [f"first export: {first}"],
+                   "torch.jit.load keeps no tensor shapes and the exporter needed some; the "
+                   "module's own graph was run op by op and traced again with the declared "
+                   "inputs (the ops and weights it recorded, every shape now known)")
 
 
 def _trace_warnings(caught, kind) -> List[str]:

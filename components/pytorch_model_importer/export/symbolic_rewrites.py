@@ -21,7 +21,10 @@ For the duration of an export, :func:`onnx_symbolics` registers:
 - bitwise ``& | ^ ~`` on integer tensors (integer_bitwise.py): exact integer
   arithmetic;
 - ``aten::fft_*`` and complex arithmetic (spectral.py): complex tensors
-  as (real, imaginary) pairs, each transform a MatMul with a DFT matrix.
+  as (real, imaginary) pairs, each transform a MatMul with a DFT matrix;
+- ``aten::affine_grid_generator`` below opset 20 (grids.py): a base grid of
+  normalised coordinates times ``theta`` (torch exports only AffineGrid, an
+  opset-20 op).
 
 :func:`rewrites` names the ones the last export used, for the import report.
 PyTorch's fused kernels (TorchScript only) are fused.py's.
@@ -36,6 +39,7 @@ from torch.onnx import symbolic_helper as sym
 from torch.onnx import symbolic_opset9 as opset9
 
 from tfx_bridge.components.pytorch_model_importer.export import (
+    grids,
     integer_bitwise,
     scatter_reduce,
     spectral,
@@ -241,6 +245,7 @@ def onnx_symbolics(opsets: Sequence[int] = OPSETS) -> Iterator[None]:
     symbolics[REPEAT_INTERLEAVE] = (_repeat_interleave, list(opsets))
     symbolics.update(scatter_reduce.symbolics(opsets))
     symbolics.update(integer_bitwise.symbolics(opsets))
+    symbolics.update(grids.symbolics(opsets))
     symbolics[INDEX_ADD] = (_index_add, [o for o in opsets if o in _INDEX_ADD_OPSETS])
     with registered(symbolics):
         yield
@@ -279,9 +284,14 @@ def rewrites() -> list:
          "torch refuses scatter_reduce with mean or include_self=False and exports amax/"
          "amin as ScatterElements reductions ONNX has only from opset 18; exported as a "
          "one-hot segment mask reduced along dim (exact)"),
+        (grids.AFFINE_GRID_MATMUL, _counted(grids.used(), "affine_grid call(s),"),
+         "torch exports affine_grid only as ONNX AffineGrid (opset 20); exported as the "
+         "base grid of normalised coordinates (PyTorch's, for align_corners as given) "
+         "times theta, with ops every opset has"),
         (spectral.FFT_MATMUL, _counted(spectral.used(), "call(s) of"),
-         "torch exports no torch.fft op; exported with complex tensors as (real, "
-         "imaginary) pairs and each transform as a MatMul with cosine/sine matrices "
-         "built from the axis length (exact angles)"),
+         "torch exports no torch.fft op, and torch.stft only as ONNX STFT without complex "
+         "output; exported with complex tensors as (real, imaginary) pairs and each "
+         "transform as a MatMul with cosine/sine matrices built from the axis length "
+         "(exact angles), stft's frames gathered from the signal and windowed first"),
     ]
     return [Rewrite(kind, nodes, why) for kind, nodes, why in found if nodes]

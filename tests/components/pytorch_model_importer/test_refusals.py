@@ -88,32 +88,33 @@ def test_export_unsupported_torch_op_names_reason_line_and_module(tmp_path):
     assert "Caused by" not in str(e.value) and "%" not in str(e.value)
 
 
-class _Decoder(torch.nn.Module):
+class _ScriptedHeads(torch.nn.Module):
+    """Scripted, not traced: its branch stays in the graph, which is not re-traced."""
+
     def __init__(self):
         super().__init__()
-        self.dec = torch.nn.TransformerDecoder(
-            torch.nn.TransformerDecoderLayer(16, 4, 32, batch_first=True), 1)
+        self.proj = torch.nn.Linear(16, 32)
 
-    def forward(self, x, memory):
-        return self.dec(x, memory).mean(1)
+    def forward(self, x):
+        y = self.proj(x)
+        if x.size(1) > 1:
+            y = y * 2
+        return y.unflatten(-1, (2, 16)).transpose(0, -2).sum(0)
 
 
-def test_export_torchscript_graph_without_shapes_refused_naming_that_cause_and_other_forms(
+def test_export_scripted_graph_without_shapes_refused_naming_that_cause_and_other_forms(
         tmp_path):
-    """A traced TransformerDecoder saved with torch.jit.save: its cross-attention needs
-    a rank the saved graph no longer has."""
+    """A scripted module saved with torch.jit.save: its transpose needs a rank the saved
+    graph does not have, and its control flow keeps it from being traced again."""
     from tfx_bridge.components.pytorch_model_importer.errors import ModelSourceError
     from tfx_bridge.components.pytorch_model_importer.export import stage
 
-    path = str(tmp_path / "decoder.pt")
-    with torch.no_grad():
-        torch.jit.trace(_Decoder().eval(), (torch.randn(2, 5, 16), torch.randn(2, 7, 16))
-                        ).save(path)
-    specs = signature.parse_input_specs(["x:float32:-1,5,16", "memory:float32:-1,7,16"])
-    with pytest.raises(ModelSourceError, match=r"unknown rank \(at functional\.py:\d+ in "
-                       r"_in_projection_packed\(\), PyTorch module 'dec\.[\w.]*"
-                       r"multihead_attn' \(MultiheadAttention\)\)\. Cause and fix: the "
-                       r"TorchScript file keeps no tensor shapes.*--state-dict") as e:
+    path = str(tmp_path / "heads.pt")
+    torch.jit.script(_ScriptedHeads().eval()).save(path)
+    specs = signature.parse_input_specs(["x:float32:-1,5,16"])
+    with pytest.raises(ModelSourceError, match=r"transpose for tensor of unknown rank "
+                       r"\(PyTorch module '\(root\)' \(_ScriptedHeads\)\)\. Cause and fix: "
+                       r"the TorchScript file keeps no tensor shapes.*--state-dict") as e:
         stage.export_onnx(torch.jit.load(path).eval(), specs, ["y"],
                           str(tmp_path / "m.onnx"))
     assert "cast integer masks" not in str(e.value)

@@ -1,6 +1,6 @@
-"""torch.fft and complex arithmetic exported as real pairs and DFT MatMuls
-(export/spectral.py): checked against torch through onnxruntime, one through
-the whole importer."""
+"""torch.fft, torch.stft and complex arithmetic exported as real pairs and DFT
+MatMuls (export/spectral.py): checked against torch through onnxruntime, an
+FNet block and an STFT front-end through the whole importer."""
 from __future__ import annotations
 
 import warnings
@@ -101,6 +101,48 @@ def test_export_spectral_traced_sizes_refused_by_name(tmp_path):
                 dynamic_length=True)
 
 
+def _hann(n: int):
+    return torch.hann_window(n)
+
+
+STFT_CASES = {
+    "default": lambda x: torch.stft(x, 16, return_complex=True).abs(),
+    "hann_hop_5": lambda x: torch.view_as_real(
+        torch.stft(x, 16, hop_length=5, window=_hann(16), return_complex=True)),
+    "short_window_odd_n": lambda x: torch.stft(
+        x, 15, win_length=9, window=_hann(9), center=False, return_complex=True).abs(),
+    "normalized_two_sided": lambda x: torch.view_as_real(torch.stft(
+        x, 12, hop_length=3, normalized=True, onesided=False, return_complex=True)),
+    "real_pairs_no_window": lambda x: torch.stft(x, 8, win_length=5, center=False,
+                                                 return_complex=False),
+    "constant_pad_power": lambda x: torch.stft(x, 16, pad_mode="constant",
+                                               return_complex=True).abs().pow(2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STFT_CASES))
+@pytest.mark.parametrize("rank", [1, 2])
+def test_export_stft_matches_torch_at_other_lengths(tmp_path, name, rank):
+    """torch exports stft only as ONNX STFT, never with complex output."""
+    fn = STFT_CASES[name]
+    shape = (2, 50) if rank == 2 else (61,)
+    path = tmp_path / "s.onnx"
+    with symbolic_rewrites.onnx_symbolics(), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_module(fn), (torch.randn(*shape),), str(path), input_names=["x"],
+                          dynamic_axes={"x": {rank - 1: "time"}}, opset_version=17,
+                          dynamo=False)
+    assert "stft" in spectral.used()
+    ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+    assert "STFT" not in ops and "MatMul" in ops
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for length in (50, 73):
+        x = torch.randn(*shape[:-1], length)
+        got, want = session.run(None, {"x": x.numpy()})[0], fn(x).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
 class _FNetMixer(nn.Module):
     """FNet's encoder block: Fourier token mixing, then a feed-forward layer."""
 
@@ -114,19 +156,43 @@ class _FNetMixer(nn.Module):
         return self.ff(mixed)
 
 
-def test_import_fft_torchscript_converted_and_verified_onednn_off(tmp_path):
+def _imported_as_torchscript(module, sample, spec: str, tmp_path):
+    """The importer's result for ``module`` traced on ``sample`` and handed over as a
+    TorchScript file; verify() runs the SavedModel in a fresh process with oneDNN off."""
     from tfx_bridge.components.pytorch_model_importer import convert
     from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
     from tfx_bridge.components.pytorch_model_importer.source import ModelSource
 
     torch.manual_seed(0)
-    path = str(tmp_path / "fnet.pt")
+    path = str(tmp_path / "model.pt")
     with torch.no_grad():
-        torch.jit.trace(_FNetMixer().eval(), (torch.randn(2, 8, 16),)).save(path)
-    config = ImporterConfig.of_source(ModelSource("torchscript", path), ["x:float32:-1,8,16"],
-                                      ["y"])
-    # verify() runs the SavedModel in a fresh process with TF_ENABLE_ONEDNN_OPTS=0.
+        torch.jit.trace(module.eval(), (sample,)).save(path)
+    config = ImporterConfig.of_source(ModelSource("torchscript", path), [spec], ["y"])
     result = convert.import_model(config, str(tmp_path / "out"))
     assert result.blessed, result.report["checks"]
     assert spectral.FFT_MATMUL in [r["kind"] for r in result.report["rewrites"]]
     assert result.report["converter"] == "tfx-bridge"
+    return result
+
+
+def test_import_fft_torchscript_converted_and_verified_onednn_off(tmp_path):
+    _imported_as_torchscript(_FNetMixer(), torch.randn(2, 8, 16), "x:float32:-1,8,16",
+                             tmp_path)
+
+
+class _LogSpectrogram(nn.Module):
+    """An audio front-end: a Hann-windowed STFT's log power, then a linear probe."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("window", torch.hann_window(32))
+        self.probe = nn.Linear(17, 4)
+
+    def forward(self, wave):
+        spec = torch.stft(wave, 32, hop_length=8, window=self.window, return_complex=True)
+        return self.probe(torch.log1p(spec.abs().pow(2)).transpose(1, 2))
+
+
+def test_import_stft_front_end_torchscript_converted_and_verified_onednn_off(tmp_path):
+    _imported_as_torchscript(_LogSpectrogram(), torch.randn(2, 400), "wave:float32:-1,400",
+                             tmp_path)
