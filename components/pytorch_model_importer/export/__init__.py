@@ -16,6 +16,7 @@ in force while torch exports:
 - symbolic_rewrites.py: torch symbolics that export wrongly or not at all,
   replaced; it registers complex_pairs.py (complex values as real pairs),
   spectral.py (torch.fft, torch.stft), grids.py (affine_grid below opset 20),
+  searchsorted.py, patches.py (fold below opset 18),
   scatter_reduce.py and integer_bitwise.py;
 - retrace.py: a loaded TorchScript module traced again through its own graph
   when its export needed shapes the saved graph lacks;

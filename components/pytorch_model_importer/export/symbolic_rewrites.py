@@ -22,6 +22,10 @@ For the duration of an export, :func:`onnx_symbolics` registers:
   arithmetic;
 - ``aten::fft_*`` and complex arithmetic (spectral.py): complex tensors
   as (real, imaginary) pairs, each transform a MatMul with a DFT matrix;
+- ``aten::searchsorted`` (searchsorted.py): a broadcast comparison with the
+  sorted entries, counted;
+- ``aten::col2im`` (``F.fold``) below opset 18 (patches.py): a ConvTranspose
+  with one-hot kernels;
 - ``aten::affine_grid_generator`` below opset 20 (grids.py): a base grid of
   normalised coordinates times ``theta`` (torch exports only AffineGrid, an
   opset-20 op).
@@ -41,7 +45,9 @@ from torch.onnx import symbolic_opset9 as opset9
 from tfx_bridge.components.pytorch_model_importer.export import (
     grids,
     integer_bitwise,
+    patches,
     scatter_reduce,
+    searchsorted,
     spectral,
 )
 from tfx_bridge.components.pytorch_model_importer.export.registry import (
@@ -246,6 +252,8 @@ def onnx_symbolics(opsets: Sequence[int] = OPSETS) -> Iterator[None]:
     symbolics.update(scatter_reduce.symbolics(opsets))
     symbolics.update(integer_bitwise.symbolics(opsets))
     symbolics.update(grids.symbolics(opsets))
+    symbolics.update(searchsorted.symbolics(opsets))
+    symbolics.update(patches.symbolics(opsets))
     symbolics[INDEX_ADD] = (_index_add, [o for o in opsets if o in _INDEX_ADD_OPSETS])
     with registered(symbolics):
         yield
@@ -284,6 +292,13 @@ def rewrites() -> list:
          "torch refuses scatter_reduce with mean or include_self=False and exports amax/"
          "amin as ScatterElements reductions ONNX has only from opset 18; exported as a "
          "one-hot segment mask reduced along dim (exact)"),
+        (searchsorted.COMPARE_COUNT, _counted(searchsorted.used(), "call(s) of"),
+         "torch exports no searchsorted; exported as the count of sorted entries below "
+         "each value (at most it, for side='right'), a broadcast comparison summed over "
+         "the sequence axis (exact)"),
+        (patches.FOLD_CONV_TRANSPOSE, [f"fold {f}" for f in patches.used()],
+         "torch exports F.fold only as ONNX Col2Im (opset 18); exported as a "
+         "ConvTranspose whose kernels are one-hot at each patch offset (exact)"),
         (grids.AFFINE_GRID_MATMUL, _counted(grids.used(), "affine_grid call(s),"),
          "torch exports affine_grid only as ONNX AffineGrid (opset 20); exported as the "
          "base grid of normalised coordinates (PyTorch's, for align_corners as given) "

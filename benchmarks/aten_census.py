@@ -1,0 +1,151 @@
+"""Census of the aten ops models use, against what the exporter can do with them at
+the importer's opset (17).
+
+Every model of the catalogs (``catalog.py``: torch_nn, transformers, torchvision,
+each built as the catalog builds it; torchvision at 64 px) and of the test zoo
+(``tests/components/pytorch_model_importer/zoo.py``) is traced as users trace
+them (``model.eval(); with torch.no_grad(): torch.jit.trace(...)``) on the
+catalog's own sample inputs, and the traced graph's ``aten::`` node kinds are
+counted. Each op is then classified:
+
+- ``ours``: the importer registers a symbolic of its own for it during the export
+  (export/symbolic_rewrites.py, fused.py), replacing or adding to torch's;
+- ``torch``: torch 2.5's TorchScript exporter has a symbolic at this opset or
+  below (torch.onnx's registry; a symbolic can still refuse some calls);
+- ``none``: neither, so a model reaching it is refused at export.
+
+A symbolic that exists can still export some calls wrongly or refuse them (a rank
+it cannot know, an argument it does not take): those show up in the catalog runs
+(``import_models.py --catalog``), by op and cause. Writes
+benchmarks/results/aten_census.jsonl (one line per model: its ops) and prints a
+markdown table, one row per op that is not plain ``torch`` (with how many models
+use it), then the totals.
+
+    nice .venv/bin/python benchmarks/aten_census.py [--family torch_nn,zoo] [--opset 17]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import warnings
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+ZOO_DIR = os.path.join(BENCH_DIR, os.pardir, "tests", "components", "pytorch_model_importer")
+RESULTS = os.path.join(BENCH_DIR, "results", "aten_census.jsonl")
+# Python-level plumbing a traced graph holds that no export maps to an ONNX op.
+PLUMBING = {"aten::Int", "aten::Float", "aten::ScalarImplicit", "aten::size",
+            "aten::__getitem__", "aten::dim", "aten::len", "aten::detach"}
+
+
+def _models(families):
+    """(family, name, module, input specs) for every model that builds."""
+    sys.path[:0] = [BENCH_DIR, ZOO_DIR]
+    import catalog
+    from catalog_base import Excluded, NotBuilt, Skipped
+
+    for family in families:
+        if family == "zoo":
+            import zoo
+
+            for name, entry in zoo.ZOO.items():
+                if entry.handover != "onnx":
+                    yield family, name, entry.build(), entry.inputs
+            continue
+        for name in catalog.names(family):
+            try:
+                catalog.precheck(family, name)
+                built = catalog.build(family, name, 64 if family == "torchvision" else None)
+            except (Excluded, NotBuilt, Skipped) as e:
+                print(f"  {family} {name}: not built ({type(e).__name__})", file=sys.stderr)
+                continue
+            except Exception as e:  # noqa: BLE001  (a builder's failure is the model's row)
+                print(f"  {family} {name}: build failed: {e!r}"[:200], file=sys.stderr)
+                continue
+            yield family, name, built.module, built.inputs
+
+
+def _ops(module, specs) -> collections.Counter:
+    import torch
+
+    from tfx_bridge.components.pytorch_model_importer import signature
+
+    parsed = signature.parse_input_specs(specs)
+    args = tuple(torch.from_numpy(v) for v in signature.make_inputs(parsed, 3).values())
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(module.eval(), args, check_trace=False)
+    graph = traced.inlined_graph
+    found = collections.Counter()
+
+    def walk(block):
+        for node in block.nodes():
+            if node.kind().startswith("aten::") and node.kind() not in PLUMBING:
+                found[node.kind()] += 1
+            for inner in node.blocks():
+                walk(inner)
+
+    walk(graph)
+    return found
+
+
+def _classify(names, opset: int):
+    """{op: "ours" | "torch" | "none"} with the importer's symbolics registered."""
+    from torch.onnx._internal import registration
+
+    from tfx_bridge.components.pytorch_model_importer.export import fused, symbolic_rewrites
+
+    out = {}
+    with fused.onnx_symbolics(), symbolic_rewrites.onnx_symbolics():
+        for name in names:
+            group = registration.registry.get_function_group(name)
+            fn = group.get(opset) if group is not None else None
+            if fn is None:
+                out[name] = "none"
+            elif (getattr(fn, "__module__", "") or "").startswith("tfx_bridge"):
+                out[name] = "ours"
+            else:
+                out[name] = "torch"
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", default="torch_nn,zoo,transformers,torchvision")
+    parser.add_argument("--opset", type=int, default=17)
+    parser.add_argument("--out", default=RESULTS)
+    args = parser.parse_args()
+    per_model = {}
+    for family, name, module, specs in _models(args.family.split(",")):
+        try:
+            per_model[(family, name)] = _ops(module, specs)
+        except Exception as e:  # noqa: BLE001  (a model that does not trace is named)
+            print(f"  {family} {name}: trace failed: {e!r}"[:200], file=sys.stderr)
+        print(f"  {family} {name}: {len(per_model.get((family, name), {}))} ops",
+              file=sys.stderr)
+    users = collections.Counter()
+    for ops in per_model.values():
+        users.update(set(ops))
+    kinds = _classify(sorted(users), args.opset)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        for (family, name), ops in per_model.items():
+            f.write(json.dumps({"family": family, "name": name, "opset": args.opset,
+                                "ops": dict(sorted(ops.items())),
+                                "none": sorted(o for o in ops if kinds[o] == "none")}) + "\n")
+    print(f"| op | exporter at opset {args.opset} | models using it |")
+    print("|---|---|---|")
+    for op in sorted(users, key=lambda o: (kinds[o], -users[o], o)):
+        if kinds[op] != "torch":
+            print(f"| `{op}` | {kinds[op]} | {users[op]} |")
+    totals = collections.Counter(kinds.values())
+    blocked = sum(1 for ops in per_model.values() if any(kinds[o] == "none" for o in ops))
+    print(f"\n{len(per_model)} models, {len(users)} distinct aten ops: "
+          f"{totals['torch']} torch's, {totals['ours']} ours, {totals['none']} with no "
+          f"symbolic; {blocked} models use an op with none.")
+
+
+if __name__ == "__main__":
+    main()
