@@ -8,10 +8,13 @@ them (``model.eval(); with torch.no_grad(): torch.jit.trace(...)``) on the
 catalog's own sample inputs, and the traced graph's ``aten::`` node kinds are
 counted. Each op is then classified:
 
-- ``ours``: the importer registers a symbolic of its own for it during the export
-  (export/symbolic_rewrites.py, fused.py), replacing or adding to torch's;
+- ``ours, torch has none``: the importer registers the only symbolic for it
+  during the export (export/symbolic_rewrites.py, fused.py);
+- ``ours over torch's``: ours replaces torch's for the export (for some calls:
+  complex values, integer operands..., leaving the rest to torch's);
 - ``torch``: torch 2.5's TorchScript exporter has a symbolic at this opset or
-  below (torch.onnx's registry; a symbolic can still refuse some calls);
+  below (torch.onnx's registry; an in-place op by its out-of-place form, as
+  the exporter rewrites it; a symbolic can still refuse some calls);
 - ``none``: neither, so a model reaching it is refused at export.
 
 A symbolic that exists can still export some calls wrongly or refuse them (a rank
@@ -91,21 +94,34 @@ def _ops(module, specs) -> collections.Counter:
     return found
 
 
-def _classify(names, opset: int):
-    """{op: "ours" | "torch" | "none"} with the importer's symbolics registered."""
+def _lookup(name: str, opset: int):
+    """The symbolic the exporter would call for ``name``: an in-place op (``add_``) is
+    exported as its out-of-place form once torch's pass has rewritten it."""
     from torch.onnx._internal import registration
 
+    for candidate in (name, name[:-1] if name.endswith("_") and not name.endswith("__")
+                      else None):
+        group = registration.registry.get_function_group(candidate) if candidate else None
+        fn = group.get(opset) if group is not None else None
+        if fn is not None:
+            return fn
+    return None
+
+
+def _classify(names, opset: int):
+    """{op: kind}: "torch" (torch's symbolic), "ours, torch has none", "ours over
+    torch's" (a replacement registered for the export), or "none"."""
     from tfx_bridge.components.pytorch_model_importer.export import fused, symbolic_rewrites
 
+    torchs = {name: _lookup(name, opset) is not None for name in names}
     out = {}
     with fused.onnx_symbolics(), symbolic_rewrites.onnx_symbolics():
         for name in names:
-            group = registration.registry.get_function_group(name)
-            fn = group.get(opset) if group is not None else None
+            fn = _lookup(name, opset)
             if fn is None:
                 out[name] = "none"
             elif (getattr(fn, "__module__", "") or "").startswith("tfx_bridge"):
-                out[name] = "ours"
+                out[name] = "ours over torch's" if torchs[name] else "ours, torch has none"
             else:
                 out[name] = "torch"
     return out
@@ -137,14 +153,17 @@ def main() -> None:
                                 "none": sorted(o for o in ops if kinds[o] == "none")}) + "\n")
     print(f"| op | exporter at opset {args.opset} | models using it |")
     print("|---|---|---|")
-    for op in sorted(users, key=lambda o: (kinds[o], -users[o], o)):
+    order = ("none", "ours, torch has none", "ours over torch's", "torch")
+    for op in sorted(users, key=lambda o: (order.index(kinds[o]), -users[o], o)):
         if kinds[op] != "torch":
             print(f"| `{op}` | {kinds[op]} | {users[op]} |")
     totals = collections.Counter(kinds.values())
     blocked = sum(1 for ops in per_model.values() if any(kinds[o] == "none" for o in ops))
+    ours = totals["ours, torch has none"] + totals["ours over torch's"]
     print(f"\n{len(per_model)} models, {len(users)} distinct aten ops: "
-          f"{totals['torch']} torch's, {totals['ours']} ours, {totals['none']} with no "
-          f"symbolic; {blocked} models use an op with none.")
+          f"{totals['torch']} torch's only, {ours} ours ({totals['ours, torch has none']} "
+          f"where torch has none), {totals['none']} with no symbolic; {blocked} models use "
+          f"an op with none.")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,11 @@ refused. For the duration of an export, :func:`symbolics` gives them one:
   output) is the frames gathered from the signal (``1 + (T - n_fft) // hop``
   of them, so dynamic lengths export), times the window (zero-padded to
   ``n_fft`` about its centre, as torch pads it), then the same DFT MatMul;
-  ``center=True``'s padding is traced before it as ordinary ops.
+  ``center=True``'s padding is traced before it as ordinary ops;
+- ``torch.istft`` (which torch does not export at all) is each frame's inverse
+  DFT, windowed, overlap-added by a ConvTranspose with one-hot kernels at the
+  hop's stride, divided by the overlap-added squared window (the envelope),
+  then trimmed as torch trims (``center``, ``length``).
 """
 from __future__ import annotations
 
@@ -260,8 +264,77 @@ def _stft(g, self, n_fft, hop_length=None, win_length=None, window=None, normali
                 axis_i=-1)
 
 
+def _window(g, window, win: int, n: int, like):
+    """The window as torch applies it: ones if none, zero-padded about its centre to n."""
+    if window is None or sym._is_none(window):
+        window = cast_like(g, g.op("Constant", value_t=torch.ones(win)), like)
+    else:
+        window = cast_like(g, window, like)
+    if win < n:
+        left = (n - win) // 2
+        window = g.op("Pad", window, i64(g, [left, n - win - left]))
+    return window
+
+
+def _overlap_add(g, frames, n: int, hop: int):
+    """[B, n, T] frames summed into [B, 1, (T - 1) * hop + n] at the hop's stride."""
+    eye = torch.eye(n).reshape(n, 1, n)
+    weight = cast_like(g, g.op("Constant", value_t=eye), frames)
+    return g.op("ConvTranspose", frames, weight, kernel_shape_i=[n], strides_i=[hop])
+
+
+def _istft(g, self, n_fft, hop_length=None, win_length=None, window=None, center=None,
+           normalized=None, onesided=None, length=None, return_complex=None):
+    """torch.istft of complex pairs [B?, bins, T]: a real signal [B?, length]."""
+    _USED.append("istft")
+    if not is_complex(self):
+        refuse("istft of a real tensor (torch takes complex input)", self)
+    if _flag(return_complex, False, "return_complex", self):
+        refuse("istft with return_complex=True (a complex signal) does not export", self)
+    rank = real_rank(self)
+    sizes = sym._get_tensor_sizes(self)
+    n = const_int(n_fft, "istft n_fft")
+    hop = n // 4 if hop_length is None or sym._is_none(hop_length) else const_int(
+        hop_length, "istft hop_length")
+    win = n if win_length is None or sym._is_none(win_length) else const_int(
+        win_length, "istft win_length")
+    bins = sizes[-3] if sizes is not None and len(sizes) == rank + 1 else None
+    if rank not in (2, 3) or bins is None or not 0 < win <= n or hop < 1:
+        refuse(f"istft of rank {rank} with {bins} bins, n_fft {n}, hop_length {hop}, "
+               f"win_length {win} (export needs the bins' count)", self)
+    two_sided = not _flag(onesided, bins != n, "onesided", self)
+    x = self if rank == 3 else cx.mark(sym._unsqueeze_helper(g, self, [0]))
+    if two_sided:
+        frames = parts(g, _c2c(g, x, 1, i64(g, n), None, inverse=True))[0]
+    else:
+        frames = _c2r(g, x, 1, i64(g, n), None)  # [B, n, T]
+    if _flag(normalized, False, "normalized", self):
+        frames = g.op("Mul", frames, cast_like(
+            g, g.op("Constant", value_t=torch.tensor(math.sqrt(n))), frames))
+    w = _window(g, window, win, n, frames)
+    column = sym._unsqueeze_helper(g, w, [1])  # [n, 1]
+    signal = _overlap_add(g, g.op("Mul", frames, column), n, hop)
+    count = g.op("Gather", g.op("Shape", frames), i64(g, [2]), axis_i=0)
+    squares = g.op("Expand", sym._unsqueeze_helper(g, g.op("Mul", column, column), [0]),
+                   g.op("Concat", i64(g, [1, n]), count, axis_i=0))
+    signal = sym._squeeze_helper(g, g.op("Div", signal, _overlap_add(g, squares, n, hop)),
+                                 [1])  # [B, L]
+    start = n // 2 if _flag(center, True, "center", self) else 0
+    if length is not None and not sym._is_none(length):
+        end = start + const_int(length, "istft length")
+        short = g.op("Max", i64(g, [0]), g.op("Sub", i64(g, [end]), g.op(
+            "Gather", g.op("Shape", signal), i64(g, [1]), axis_i=0)))
+        signal = g.op("Pad", signal, g.op("Concat", i64(g, [0, 0, 0]), short, axis_i=0))
+        signal = g.op("Slice", signal, i64(g, [start]), i64(g, [end]), i64(g, [1]))
+    else:
+        stop = -start if start else 2 ** 62
+        signal = g.op("Slice", signal, i64(g, [start]), i64(g, [stop]), i64(g, [1]))
+    return signal if rank == 3 else sym._squeeze_helper(g, signal, [0])
+
+
 _FFT = {
     "aten::stft": _stft,
+    "aten::istft": _istft,
     "aten::fft_fft": _fft1("fft"), "aten::fft_ifft": _fft1("ifft"),
     "aten::fft_rfft": _fft1("rfft"), "aten::fft_irfft": _fft1("irfft"),
     "aten::fft_fftn": _fftn("fftn"), "aten::fft_ifftn": _fftn("ifftn"),

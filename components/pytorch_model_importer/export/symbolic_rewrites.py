@@ -304,9 +304,10 @@ def rewrites() -> list:
          "base grid of normalised coordinates (PyTorch's, for align_corners as given) "
          "times theta, with ops every opset has"),
         (spectral.FFT_MATMUL, _counted(spectral.used(), "call(s) of"),
-         "torch exports no torch.fft op, and torch.stft only as ONNX STFT without complex "
-         "output; exported with complex tensors as (real, imaginary) pairs and each "
+         "torch exports no torch.fft op nor istft, and torch.stft only as ONNX STFT without "
+         "complex output; exported with complex tensors as (real, imaginary) pairs and each "
          "transform as a MatMul with cosine/sine matrices built from the axis length "
-         "(exact angles), stft's frames gathered from the signal and windowed first"),
+         "(exact angles), stft's frames gathered from the signal and windowed first, "
+         "istft's frames overlap-added and divided by the window envelope"),
     ]
     return [Rewrite(kind, nodes, why) for kind, nodes, why in found if nodes]

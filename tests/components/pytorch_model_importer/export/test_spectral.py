@@ -120,6 +120,26 @@ STFT_CASES = {
 }
 
 
+def _spectral_edit(x, n, **kw):
+    """stft, a gain on the spectrum, istft: a denoiser's skeleton."""
+    window = kw.pop("window", None)
+    spec = torch.stft(x, n, window=window, return_complex=True,
+                      **{k: v for k, v in kw.items() if k != "length"})
+    return torch.istft(spec * 0.5, n, window=window, **kw)
+
+
+STFT_CASES.update({
+    "istft_roundtrip_hann": lambda x: _spectral_edit(x, 16, hop_length=4, window=_hann(16)),
+    "istft_length_odd_n": lambda x: _spectral_edit(x, 15, hop_length=5, window=_hann(15),
+                                                   length=43),
+    "istft_two_sided_normalized": lambda x: _spectral_edit(
+        x, 12, hop_length=3, window=_hann(12), onesided=False, normalized=True),
+    "istft_short_window_no_window_not_centered": lambda x: _spectral_edit(
+        x, 16, hop_length=4, win_length=12, window=_hann(12))[..., :40] + _spectral_edit(
+        x, 8, hop_length=2, center=False)[..., :40],
+})
+
+
 @pytest.mark.parametrize("name", sorted(STFT_CASES))
 @pytest.mark.parametrize("rank", [1, 2])
 def test_export_stft_matches_torch_at_other_lengths(tmp_path, name, rank):
@@ -132,7 +152,7 @@ def test_export_stft_matches_torch_at_other_lengths(tmp_path, name, rank):
         torch.onnx.export(_module(fn), (torch.randn(*shape),), str(path), input_names=["x"],
                           dynamic_axes={"x": {rank - 1: "time"}}, opset_version=17,
                           dynamo=False)
-    assert "stft" in spectral.used()
+    assert ("istft" if name.startswith("istft") else "stft") in spectral.used()
     ops = {n.op_type for n in onnx.load(str(path)).graph.node}
     assert "STFT" not in ops and "MatMul" in ops
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -195,4 +215,23 @@ class _LogSpectrogram(nn.Module):
 
 def test_import_stft_front_end_torchscript_converted_and_verified_onednn_off(tmp_path):
     _imported_as_torchscript(_LogSpectrogram(), torch.randn(2, 400), "wave:float32:-1,400",
+                             tmp_path)
+
+
+class _SpectralDenoiser(nn.Module):
+    """A learned gain per frequency bin between stft and istft (a speech denoiser's shape)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("window", torch.hann_window(32))
+        self.gain = nn.Linear(17, 17)
+
+    def forward(self, wave):
+        spec = torch.stft(wave, 32, hop_length=8, window=self.window, return_complex=True)
+        mask = torch.sigmoid(self.gain(spec.abs().transpose(1, 2))).transpose(1, 2)
+        return torch.istft(spec * mask, 32, hop_length=8, window=self.window, length=400)
+
+
+def test_import_stft_istft_denoiser_torchscript_converted_and_verified_onednn_off(tmp_path):
+    _imported_as_torchscript(_SpectralDenoiser(), torch.randn(2, 400), "wave:float32:-1,400",
                              tmp_path)
