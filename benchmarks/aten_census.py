@@ -5,16 +5,17 @@ Every model of the catalogs (``catalog.py``: torch_nn, transformers, torchvision
 each built as the catalog builds it; torchvision at 64 px) and of the test zoo
 (``tests/components/pytorch_model_importer/zoo.py``) is traced as users trace
 them (``model.eval(); with torch.no_grad(): torch.jit.trace(...)``) on the
-catalog's own sample inputs, and the traced graph's ``aten::`` node kinds are
-counted. Each op is then classified:
+catalog's own sample inputs; the graph goes through the passes torch.onnx runs
+before its symbolics (inlining, in-place removal, constant folding), and its
+``aten::`` node kinds are counted. Each op is then classified:
 
 - ``ours, torch has none``: the importer registers the only symbolic for it
   during the export (export/symbolic_rewrites.py, fused.py);
 - ``ours over torch's``: ours replaces torch's for the export (for some calls:
   complex values, integer operands..., leaving the rest to torch's);
 - ``torch``: torch 2.5's TorchScript exporter has a symbolic at this opset or
-  below (torch.onnx's registry; an in-place op by its out-of-place form, as
-  the exporter rewrites it; a symbolic can still refuse some calls);
+  below (torch.onnx's registry, looked up as the exporter looks it up; a
+  symbolic can still refuse some calls);
 - ``none``: neither, so a model reaching it is refused at export.
 
 A symbolic that exists can still export some calls wrongly or refuse them (a rank
@@ -79,8 +80,19 @@ def _ops(module, specs) -> collections.Counter:
     args = tuple(torch.from_numpy(v) for v in signature.make_inputs(parsed, 3).values())
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        traced = torch.jit.trace(module.eval(), args, check_trace=False)
-    graph = traced.inlined_graph
+        # What torch.onnx.export traces an eager module into: parameters as inputs.
+        graph, _ = torch.jit._get_trace_graph(module.eval(), args)
+    # The passes torch.onnx runs before it looks symbolics up (utils._optimize_graph):
+    # in-place copies become index_put, constants fold, tuples go.
+    torch._C._jit_pass_inline(graph)
+    for name in ("_jit_pass_lower_all_tuples", "_jit_pass_constant_propagation",
+                 "_jit_pass_dce", "_jit_pass_cse", "_jit_pass_canonicalize_graph_fuser_ops"):
+        getattr(torch._C, name)(graph)
+    torch._C._jit_pass_peephole(graph, True)
+    torch._C._jit_pass_fuse_addmm(graph)
+    torch._C._jit_pass_onnx_remove_inplace_ops_for_onnx(graph, None)
+    torch._C._jit_pass_onnx_preprocess(graph)
+    torch._C._jit_pass_prepare_division_for_onnx(graph)
     found = collections.Counter()
 
     def walk(block):
@@ -95,17 +107,14 @@ def _ops(module, specs) -> collections.Counter:
 
 
 def _lookup(name: str, opset: int):
-    """The symbolic the exporter would call for ``name``: an in-place op (``add_``) is
-    exported as its out-of-place form once torch's pass has rewritten it."""
+    """The symbolic the exporter calls for a node of kind ``name``: as torch.onnx's
+    ``_run_symbolic_function`` does, one trailing underscore is dropped first (in-place
+    ``add_`` is ``add``; ``__and__`` is registered as ``__and_``)."""
     from torch.onnx._internal import registration
 
-    for candidate in (name, name[:-1] if name.endswith("_") and not name.endswith("__")
-                      else None):
-        group = registration.registry.get_function_group(candidate) if candidate else None
-        fn = group.get(opset) if group is not None else None
-        if fn is not None:
-            return fn
-    return None
+    group = registration.registry.get_function_group(name[:-1] if name.endswith("_")
+                                                     else name)
+    return group.get(opset) if group is not None else None
 
 
 def _classify(names, opset: int):
