@@ -53,11 +53,16 @@ from catalog_torch_nn import (  # noqa: F401 (re-exported: catalog:Class hand-ov
     SASRec,
     ScatterPool,
     SeparableGroupNormNet,
-    SpatialTransformer,
-    StftFrontEnd,
     TinyUNet,
     WhereGate,
     build_torch_nn,
+)
+from catalog_torch_nn_patterns import (  # noqa: F401 (re-exported: catalog:Class hand-overs)
+    CrossAttentionWithWeights,
+    EdgeListGCN,
+    SpatialTransformer,
+    StftFrontEnd,
+    TinyTransformerDecoder,
 )
 from catalog_transformers import (  # noqa: F401 (re-exported)
     TINY_VOCAB,

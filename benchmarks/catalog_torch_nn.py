@@ -2,7 +2,9 @@
 nets written with torch.nn (EmbeddingBag, PReLU, einsum attention,
 scatter_add/index_add, cumsum, torch.where, ConvTranspose2d, GroupNorm +
 depthwise-separable convs, F.interpolate, DIN, SASRec, LSTM/GRU, a LLaMA-style
-block, a spatial transformer, an STFT audio front-end), their declared inputs
+block; and from catalog_torch_nn_patterns.py a spatial transformer, an STFT
+front-end, MultiheadAttention cross-attention with weights, a
+TransformerDecoder, a GCN over an edge list), their declared inputs
 and outputs (:data:`TORCH_NN`) and :func:`build_torch_nn`. Each class is handed
 over as ``catalog:Class`` (``catalog`` re-exports them).
 """
@@ -14,6 +16,13 @@ from typing import Dict
 import torch
 import torch.nn.functional as F
 from catalog_base import SEED, SEQ_LEN, Built
+from catalog_torch_nn_patterns import (
+    CrossAttentionWithWeights,
+    EdgeListGCN,
+    SpatialTransformer,
+    StftFrontEnd,
+    TinyTransformerDecoder,
+)
 from torch import nn
 
 
@@ -300,43 +309,6 @@ class LlamaBlock(nn.Module):
         return self.lm_head(self.norm(x))
 
 
-class SpatialTransformer(nn.Module):
-    """A spatial transformer: a localisation head predicts theta, F.affine_grid builds the
-    sampling grid and F.grid_sample resamples the image, then a classifier."""
-
-    def __init__(self, classes: int = 10):
-        super().__init__()
-        self.loc = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(),
-                                 nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 6))
-        self.register_buffer("identity", torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
-        self.head = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(),
-                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, classes))
-
-    def forward(self, image):
-        theta = self.identity + 0.1 * self.loc(image).view(-1, 2, 3)
-        grid = F.affine_grid(theta, list(image.shape), align_corners=False)
-        return self.head(F.grid_sample(image, grid, align_corners=False))
-
-
-class StftFrontEnd(nn.Module):
-    """An audio front-end: Hann-windowed torch.stft (complex), log power, a mel-like
-    linear filterbank, then a GRU over frames."""
-
-    def __init__(self, n_fft: int = 64, bands: int = 16, classes: int = 5):
-        super().__init__()
-        self.n_fft = n_fft
-        self.register_buffer("window", torch.hann_window(n_fft))
-        self.bank = nn.Linear(n_fft // 2 + 1, bands, bias=False)
-        self.gru = nn.GRU(bands, 24, batch_first=True)
-        self.head = nn.Linear(24, classes)
-
-    def forward(self, wave):
-        spec = torch.stft(wave, self.n_fft, hop_length=self.n_fft // 4, window=self.window,
-                          return_complex=True)
-        bands = self.bank(torch.log1p(spec.abs().pow(2)).transpose(1, 2))
-        return self.head(self.gru(bands)[0][:, -1])
-
-
 # name -> (class, kwargs, inputs, outputs)
 TORCH_NN: Dict[str, tuple] = {
     "embedding_bag_recommender": (BagRecommender, {}, ["ids:int64:-1,5:0..999"], ["score"]),
@@ -359,6 +331,14 @@ TORCH_NN: Dict[str, tuple] = {
     "llama_block": (LlamaBlock, {}, [f"tokens:int64:-1,{SEQ_LEN}:0..255"], ["logits"]),
     "spatial_transformer": (SpatialTransformer, {}, ["image:float32:-1,3,24,24"], ["logits"]),
     "stft_front_end": (StftFrontEnd, {}, ["wave:float32:-1,800"], ["logits"]),
+    "mha_cross_attention_weights": (CrossAttentionWithWeights, {},
+                                    [f"query:float32:-1,{SEQ_LEN},32",
+                                     "memory:float32:-1,11,32"], ["out", "weights"]),
+    "transformer_decoder": (TinyTransformerDecoder, {}, [f"tokens:int64:-1,{SEQ_LEN}:0..255",
+                                                         "memory:float32:-1,11,32"],
+                            ["logits"]),
+    "gcn_edge_list": (EdgeListGCN, {}, ["nodes:float32:-1,12,8", "edges:int64:-1,2,20:0..11"],
+                      ["score"]),
 }
 
 
