@@ -3,7 +3,8 @@
 not a converter row (:class:`NotBuilt`, :class:`Skipped`, :class:`Excluded`).
 
 The families live in ``catalog.py`` (torchvision, and the dispatcher every
-caller uses), ``catalog_transformers.py`` and ``catalog_torch_nn.py``.
+caller uses), ``catalog_transformers.py`` and ``catalog_torch_nn.py`` (with
+``catalog_torch_nn_patterns.py``).
 """
 from __future__ import annotations
 
