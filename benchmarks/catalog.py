@@ -1,9 +1,10 @@
 """Whole model catalogs for the importer benchmark (``import_models.py --catalog``).
 
-Three families, every model built offline with seeded random weights:
+Four families, every model built offline with seeded random weights:
 
-- ``torchvision``: every classification builder of ``torchvision.models`` and
-  every segmentation builder, ``weights=None`` (and ``weights_backbone=None``),
+- ``torchvision``: every classification builder of ``torchvision.models``,
+  every segmentation builder and every video builder (clips of
+  :data:`VIDEO_FRAMES` frames), ``weights=None`` (and ``weights_backbone=None``),
   at the smallest square input of :data:`SIZES` where torch's own float32
   output holds the tolerance against float64 (:data:`SIZE_RULE`); models
   over :data:`MAX_PARAMS` parameters are skipped.
@@ -15,6 +16,8 @@ Three families, every model built offline with seeded random weights:
   encoders, decoders (``use_cache=False``) and the encoder half of
   encoder-decoders, taking ``input_ids`` and ``attention_mask`` [batch, 8] and
   returning the last hidden state.
+- ``transformers_media``: the vision, audio and dual-encoder architectures
+  the text family leaves out (``catalog_media.py``).
 - ``torch_nn``: recommender and sequence nets written with torch.nn
   (EmbeddingBag, PReLU, einsum attention, scatter_add/index_add, cumsum,
   torch.where, ConvTranspose2d, GroupNorm + depthwise-separable convs,
@@ -39,6 +42,12 @@ from typing import Callable, List, Optional, Sequence
 
 import torch
 from catalog_base import SEED, SEQ_LEN, Built, Excluded, NotBuilt, Skipped  # noqa: F401
+from catalog_media import (  # noqa: F401 (re-exported: catalog:Class hand-overs)
+    TransformersMediaModel,
+    build_media,
+    check_media_architecture,
+    media_names,
+)
 from catalog_torch_nn import (  # noqa: F401 (re-exported: catalog:Class hand-overs)
     TORCH_NN,
     BagRecommender,
@@ -74,10 +83,15 @@ from catalog_transformers import (  # noqa: F401 (re-exported)
 )
 from torch import nn
 
-FAMILIES = ("torchvision", "transformers", "torch_nn")
+FAMILIES = ("torchvision", "transformers", "transformers_media", "torch_nn")
 FORMS = ("state_dict", "torchscript", "onnx")
 SIZES = (32, 64, 96, 128, 160, 224, 299)
 MAX_PARAMS = 100_000_000
+# Frames of a video builder's clip: S3D's last pooling needs 8 (it halves time 3 times).
+VIDEO_FRAMES = 8
+# MViT's builders fix their input at 16 x 224 x 224 (position embeddings sized for it):
+# about 70 GFLOPs a clip, past what verifying batches 1, 7 and 32 takes on 2 cores.
+FIXED_LARGE_INPUT = ("mvit_v1_b", "mvit_v2_s")
 # How BatchNorm statistics of the torchvision models are set (recorded in each row).
 CALIBRATION = "bn-train-only 2x16"
 # Input size: random deep nets at tiny inputs (late stages at 1x1) can be so
@@ -99,7 +113,22 @@ def torchvision_names() -> List[str]:
     names = [f"{n}" for n in torchvision.models.list_models(module=torchvision.models)]
     names += [f"{n}" for n in
               torchvision.models.list_models(module=torchvision.models.segmentation)]
+    names += [f"{n}" for n in torchvision.models.list_models(module=torchvision.models.video)]
     return names
+
+
+def _is_video(name: str) -> bool:
+    import torchvision
+
+    return name in torchvision.models.list_models(module=torchvision.models.video)
+
+
+def _image_shape(name: str, size: int) -> tuple:
+    """One input of ``name`` at ``size``: a clip of :data:`VIDEO_FRAMES` frames for the
+    video builders, else an image."""
+    if _is_video(name):
+        return (3, VIDEO_FRAMES, size, size)
+    return (3, size, size)
 
 
 def _is_segmentation(name: str) -> bool:
@@ -175,13 +204,13 @@ def calibrate_batchnorm(module: nn.Module, make_batch: Callable[[], tuple], step
     module.eval()
 
 
-def runnable_sizes(module: nn.Module, sizes=SIZES) -> List[int]:
+def runnable_sizes(module: nn.Module, sizes=SIZES, shape=lambda s: (3, s, s)) -> List[int]:
     """The sizes of ``sizes`` the architecture accepts, smallest first."""
     ok = []
     for size in sizes:
         try:
             with torch.no_grad():
-                module(torch.zeros(1, 3, size, size))
+                module(torch.zeros(1, *shape(size)))
             ok.append(size)
         except Exception:  # noqa: BLE001 (too small for this architecture)
             continue
@@ -224,7 +253,8 @@ def _seeded_torchvision(name: str, size: int) -> nn.Module:
     torch.manual_seed(SEED)
     module = TorchvisionModel(name).eval()
     gen = torch.Generator().manual_seed(SEED + 1)
-    calibrate_batchnorm(module, lambda: (torch.rand(16, 3, size, size, generator=gen) * 2 - 1,))
+    shape = _image_shape(name, size)
+    calibrate_batchnorm(module, lambda: (torch.rand(16, *shape, generator=gen) * 2 - 1,))
     return module
 
 
@@ -233,10 +263,13 @@ def build_torchvision(name: str, size: Optional[int] = None) -> Built:
     params = count_params_meta(name)
     if params > MAX_PARAMS:
         raise Skipped(f"{params / 1e6:.0f}M parameters (over {MAX_PARAMS // 1_000_000}M)")
-    spec = lambda s: [f"image:float32:-1,3,{s},{s}"]  # noqa: E731
+    if name in FIXED_LARGE_INPUT:
+        raise Skipped("its builder fixes the input at 16x224x224 (about 70 GFLOPs a clip)")
+    spec = lambda s: ["image:float32:-1," + ",".join(map(str, _image_shape(name, s)))]  # noqa: E731
     if size is None:
         torch.manual_seed(SEED)
-        runs = runnable_sizes(TorchvisionModel(name).eval())
+        runs = runnable_sizes(TorchvisionModel(name).eval(),
+                              shape=lambda s: _image_shape(name, s))
         size = runs[0]
         for s in (s for s in runs if s <= MAX_STABLE_SIZE):
             if float32_holds(_seeded_torchvision(name, s), spec(s)):
@@ -245,7 +278,7 @@ def build_torchvision(name: str, size: Optional[int] = None) -> Built:
     module = _seeded_torchvision(name, size)
     out = "out" if module.segmentation else "logits"
     return Built(module, spec(size), [out], "catalog:TorchvisionModel",
-                 {"name": name}, f"3x{size}x{size}", params)
+                 {"name": name}, "x".join(map(str, _image_shape(name, size))), params)
 
 
 # =================================================================== catalog
@@ -256,6 +289,8 @@ def names(family: str) -> List[str]:
         return torchvision_names()
     if family == "transformers":
         return transformers_names()
+    if family == "transformers_media":
+        return media_names()
     if family == "torch_nn":
         return list(TORCH_NN)
     raise ValueError(f"unknown family {family!r}: use one of {FAMILIES}")
@@ -267,6 +302,8 @@ def build(family: str, name: str, size: Optional[int] = None) -> Built:
         return build_torchvision(name, size)
     if family == "transformers":
         return build_transformers(name)
+    if family == "transformers_media":
+        return build_media(name)
     return build_torch_nn(name)
 
 
@@ -275,10 +312,14 @@ def precheck(family: str, name: str) -> None:
     Skipped or NotBuilt for a model that would not be converted (no weights built)."""
     if family == "transformers":
         check_text_architecture(name)
+    elif family == "transformers_media":
+        check_media_architecture(name)
     elif family == "torchvision":
         params = count_params_meta(name)
         if params > MAX_PARAMS:
             raise Skipped(f"{params / 1e6:.0f}M parameters (over {MAX_PARAMS // 1_000_000}M)")
+        if name in FIXED_LARGE_INPUT:
+            raise Skipped("its builder fixes the input at 16x224x224 (about 70 GFLOPs a clip)")
 
 
 def hand_over(built: Built, form: str, folder: str, name: str):

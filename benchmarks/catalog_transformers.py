@@ -174,6 +174,17 @@ class TransformersModel(nn.Module):
 def check_text_architecture(model_type: str) -> None:
     """Raises Excluded (or NotBuilt) unless AutoModel's class for ``model_type`` takes
     ``input_ids`` first and no image, audio or layout input; builds nothing."""
+    cls = auto_class(model_type)
+    main = _main_input(cls.forward)
+    if main != "input_ids":
+        raise Excluded(f"not a text model: {cls.__name__}.forward takes {main} first")
+    other = [p for p in inspect.signature(cls.forward).parameters if p in _NON_TEXT_INPUTS]
+    if other:
+        raise Excluded(f"multimodal: {cls.__name__}.forward also takes {', '.join(other)}")
+
+
+def auto_class(model_type: str):
+    """``AutoModel``'s class for ``model_type`` (raises NotBuilt when it cannot load)."""
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
@@ -186,12 +197,7 @@ def check_text_architecture(model_type: str) -> None:
         raise NotBuilt(f"{type(e).__name__}: {_first_line(e)}") from e
     if cls is None:
         raise NotBuilt(f"no AutoModel class for {model_type}")
-    main = _main_input(cls.forward)
-    if main != "input_ids":
-        raise Excluded(f"not a text model: {class_name}.forward takes {main} first")
-    other = [p for p in inspect.signature(cls.forward).parameters if p in _NON_TEXT_INPUTS]
-    if other:
-        raise Excluded(f"multimodal: {class_name}.forward also takes {', '.join(other)}")
+    return cls
 
 
 def build_transformers(model_type: str) -> Built:

@@ -1,6 +1,7 @@
 """One model per family and hand-over form, through the importer's own converter.
 
-Families: torchvision, HF transformers, models built from torch.nn; forms: state_dict +
+Families: torchvision (classification, video), HF transformers (text, vision, audio),
+models built from torch.nn; forms: state_dict +
 class, TorchScript traced in eval + no_grad, ONNX. The zoo files cover the rest of the
 grid (resnet as TorchScript, bert and dlrm as state_dict, text_cnn as TorchScript);
 benchmarks/import_models.py --catalog runs whole catalogs in every form.
@@ -24,7 +25,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402
 
 GRID = [("mobilenet_v3", "state_dict"), ("resnet", "onnx"), ("bert", "torchscript"),
-        ("bert", "onnx"), ("dlrm", "onnx")]
+        ("bert", "onnx"), ("dlrm", "onnx"),
+        # transformers' vision and audio models, torchvision's video builders' blocks
+        ("vit", "torchscript"), ("vit", "onnx"), ("wav2vec2", "onnx"),
+        ("wav2vec2", "torchscript"), ("video_r2plus1d", "torchscript"),
+        ("video_r2plus1d", "state_dict")]
 
 
 @pytest.mark.slow

@@ -27,9 +27,12 @@ from zoo_models import (  # noqa: F401
     PoolIndicesNet,
     RaggedBag,
     RecurrentText,
+    SpeechEncoder,
     TextCNN,
     TextEncoder,
     TorchvisionNet,
+    VideoNet,
+    VisionTransformer,
 )
 
 from tfx_bridge.components.pytorch_model_importer import convert, signature
@@ -136,6 +139,17 @@ ZOO: Dict[str, ZooModel] = {
         "HF transformers BertModel + attention mask", _module(BertClassifier),
         ["input_ids:int64:-1,8:0..299", "attention_mask:int64:-1,8:0..1"],
         ["hidden", "logits"], "state_dict", f"{HERE}:BertClassifier", {}),
+    "vit": ZooModel(
+        "HF transformers ViTModel (vision)", _module(VisionTransformer),
+        ["pixel_values:float32:-1,3,32,32"], ["last_hidden_state"], "torchscript",
+        f"{HERE}:VisionTransformer", {}),
+    "wav2vec2": ZooModel(
+        "HF transformers Wav2Vec2Model (audio waveform)", _module(SpeechEncoder),
+        ["input_values:float32:-1,400:-1..1"], ["last_hidden_state"], "onnx",
+        f"{HERE}:SpeechEncoder", {}),
+    "video_r2plus1d": ZooModel(
+        "torchvision VideoResNet, R(2+1)D blocks (video clips)", _module(VideoNet),
+        ["clip:float32:-1,3,4,16,16"], ["logits"], "state_dict", f"{HERE}:VideoNet", {}),
 }
 
 

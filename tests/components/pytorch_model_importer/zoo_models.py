@@ -139,6 +139,61 @@ class BertClassifier(nn.Module):
         return out.last_hidden_state, self.head(out.pooler_output)
 
 
+class VisionTransformer(nn.Module):
+    """HF transformers ViTModel (tiny config): image -> last hidden state (CLS + patches)."""
+
+    def __init__(self, image: int = 32, patch: int = 8, hidden: int = 32):
+        super().__init__()
+        from transformers import ViTConfig, ViTModel
+
+        config = ViTConfig(image_size=image, patch_size=patch, hidden_size=hidden,
+                           num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=2 * hidden, attn_implementation="eager")
+        self.vit = ViTModel(config, add_pooling_layer=False)
+
+    def forward(self, pixel_values):
+        return self.vit(pixel_values).last_hidden_state
+
+
+class SpeechEncoder(nn.Module):
+    """HF transformers Wav2Vec2Model (tiny config): waveform -> frame features (strided
+    1-D convolutions, a grouped positional convolution, attention)."""
+
+    def __init__(self, hidden: int = 32):
+        super().__init__()
+        from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+        config = Wav2Vec2Config(hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
+                                intermediate_size=2 * hidden, conv_dim=(32, 32),
+                                conv_kernel=(8, 8), conv_stride=(8, 5),
+                                num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2,
+                                attn_implementation="eager")
+        self.wav2vec2 = Wav2Vec2Model(config)
+
+    def forward(self, input_values):
+        return self.wav2vec2(input_values).last_hidden_state
+
+
+class VideoNet(nn.Module):
+    """torchvision's VideoResNet (R(2+1)D blocks, one per stage): clip [3, T, H, W] ->
+    logits."""
+
+    def __init__(self, classes: int = 5):
+        super().__init__()
+        from torchvision.models.video.resnet import (
+            BasicBlock,
+            Conv2Plus1D,
+            R2Plus1dStem,
+            VideoResNet,
+        )
+
+        self.net = VideoResNet(BasicBlock, [Conv2Plus1D] * 4, [1, 1, 1, 1], R2Plus1dStem,
+                               num_classes=classes)
+
+    def forward(self, clip):
+        return self.net(clip)
+
+
 class BatchLoop(nn.Module):
     """Loops over the batch in Python (GPTSAN's per-row position embeddings): the
     trace unrolls the loop for the export sample's batch."""
