@@ -54,7 +54,6 @@ OP_FIXES = {
              "or nn.EmbeddingBag with offsets): loop over a fixed count"),
     "Scan": "a scan over a tensor dimension: unroll it over a fixed size",
     "SequenceMap": "a loop over a list of tensors: loop over a fixed count instead",
-    "NonMaxSuppression": "keep box post-processing out of the served model",
 }
 DEFAULT_FIX = "rewrite that part of the model with standard tensor ops"
 

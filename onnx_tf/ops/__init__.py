@@ -8,6 +8,7 @@ from tfx_bridge.onnx_tf.ops import (  # noqa: F401
     cast,
     control,
     conv,
+    detection,
     expand_pad,
     gather_scatter,
     index,

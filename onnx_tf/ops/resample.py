@@ -382,14 +382,6 @@ def grid_sample(node):
 # --------------------------------------------------------------------------- refused
 
 
-@op("RoiAlign", attrs={"coordinate_transformation_mode": "half_pixel", "mode": "avg",
-                       "output_height": 1, "output_width": 1, "sampling_ratio": 0,
-                       "spatial_scale": 1.0},
-    check=lambda info: "RoiAlign is not implemented")
-def roi_align(node):
-    node.refuse("RoiAlign is not implemented", "keep detection heads out of the served model")
-
-
 @op("Col2Im", attrs={"dilations": None, "pads": None, "strides": None},
     check=lambda info: "Col2Im is not implemented")
 def col2im(node):
