@@ -45,6 +45,7 @@ from tfx_bridge.components.pytorch_model_importer.export.stage import (
     export_onnx,
     export_prefix,
     rename_onnx_io,
+    unused_rewrite,
 )
 from tfx_bridge.components.pytorch_model_importer.report import report_markdown
 from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
@@ -294,13 +295,13 @@ def _attempt(job: _Job, module, types, work: str, serving_dir: str, output_dir: 
     onnx_path = os.path.join(work, "model.onnx")
     trace_warnings: Optional[List[str]] = None  # None: nothing was traced (ONNX)
     if source.kind == SOURCE_ONNX:
-        rename_onnx_io(source.path, onnx_path, inputs, output_names)
-        rewrites = []
+        unused = rename_onnx_io(source.path, onnx_path, inputs, output_names)
+        rewrites = [unused_rewrite(unused)] if unused else []
     else:
         trace_warnings = []
         rewrites = export_onnx(module, inputs, output_names, onnx_path, job.opset,
                                trace_warnings, batch=export_batch)
-    # Named by the export (an ONNX hand-over's inputs match the declared ones).
+    # Named by the export, or by the hand-over's graph.
     unused = next((r.nodes for r in rewrites if r.kind == UNUSED_INPUT), [])
     # The converter gets a copy; the reference (onnxruntime) runs the ONNX as exported.
     to_convert = os.path.join(work, "model_to_convert.onnx")

@@ -92,11 +92,16 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
         fastpath, inlined, export_paths, module_rewrites.dense_names(bags))
     unused = unused_inputs(model, inputs)
     if unused:
-        applied.append(Rewrite(
-            UNUSED_INPUT, unused,
-            "the model never reads these declared inputs, so the exported graph has none; "
-            "the serving signatures still take them (clients send them) and ignore them"))
+        applied.append(unused_rewrite(unused))
     return applied
+
+
+def unused_rewrite(names: Sequence[str]) -> Rewrite:
+    """The report's record of declared inputs the ONNX graph does not have."""
+    return Rewrite(
+        UNUSED_INPUT, list(names),
+        "the model never reads these declared inputs, so the exported graph has none; "
+        "the serving signatures still take them (clients send them) and ignore them")
 
 
 class _ExportFailed(Exception):
@@ -326,15 +331,19 @@ def unused_inputs(model, inputs: Sequence[TensorSpec]) -> List[str]:
 
 
 def rename_onnx_io(src: str, dst: str, inputs: Sequence[TensorSpec],
-                   output_names: Sequence[str]) -> None:
-    """A copy of an ONNX file whose outputs carry the declared names (inputs must match)."""
+                   output_names: Sequence[str]) -> List[str]:
+    """A copy of an ONNX file whose outputs carry the declared names; returns the
+    declared inputs the graph does not have. The graph's inputs must be the declared
+    ones, in order, less those: torch.onnx.export leaves out an input the model never
+    reads, so the file a user exported lacks it, as our own export's graph does."""
     onnx = lazy_onnx()
     check_external_data(src)
     model = onnx.load(src)
     graph_inputs = [i.name for i in model.graph.input
                     if i.name not in {t.name for t in model.graph.initializer}]
     declared = [s.name for s in inputs]
-    if graph_inputs != declared:
+    unused = [d for d in declared if d not in graph_inputs]
+    if not graph_inputs or graph_inputs != [d for d in declared if d in graph_inputs]:
         raise ImporterConfigError(
             f"{src}: graph inputs are {graph_inputs}; declared inputs are {declared}. Declare "
             "them with the graph's names, in order.")
@@ -354,4 +363,5 @@ def rename_onnx_io(src: str, dst: str, inputs: Sequence[TensorSpec],
         o.name = rename[o.name]
     onnx.checker.check_model(model)
     onnx.save(model, dst)
+    return unused
 

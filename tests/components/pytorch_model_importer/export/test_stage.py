@@ -185,3 +185,33 @@ def test_import_input_model_never_reads_taken_and_ignored(tmp_path):
     assert applied[stage.UNUSED_INPUT] == ["mask"]
     served = tf.saved_model.load(result.serving_dir).signatures["serving_default"]
     assert sorted(served.structured_input_signature[1]) == ["ids", "mask"]
+
+
+def test_import_onnx_handover_without_unread_input_taken_and_ignored(tmp_path):
+    """The user's own ONNX file lacks the unread input, as ours does: the same rewrite,
+    the same signature; an input the graph has but nobody declared is still refused."""
+    import tensorflow as tf
+
+    from tfx_bridge.components.pytorch_model_importer import convert
+    from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
+    from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
+
+    path = str(tmp_path / "m.onnx")
+    torch.onnx.export(IgnoresMask().eval(), (torch.zeros(2, 3, dtype=torch.int64),
+                                             torch.ones(2, 3, dtype=torch.int64)), path,
+                      input_names=["ids", "mask"], output_names=["y"], opset_version=17,
+                      dynamo=False, dynamic_axes={"ids": {0: "b"}, "y": {0: "b"}})
+
+    def config(specs):
+        return ImporterConfig(source_kind="onnx", source_path=path, inputs=specs,
+                              output_names=["y"])
+
+    result = convert.import_model(
+        config(["ids:int64:-1,3:0..9", "mask:int64:-1,3:0..1"]), str(tmp_path / "out"))
+    assert result.blessed, result.report["checks"]
+    applied = {r["kind"]: r["nodes"] for r in result.report["rewrites"]}
+    assert applied[stage.UNUSED_INPUT] == ["mask"]
+    served = tf.saved_model.load(result.serving_dir).signatures["serving_default"]
+    assert sorted(served.structured_input_signature[1]) == ["ids", "mask"]
+    with pytest.raises(ImporterConfigError, match=r"graph inputs are \['ids'\]"):
+        convert.import_model(config(["tokens:int64:-1,3:0..9"]), str(tmp_path / "out2"))

@@ -1,0 +1,261 @@
+"""torchvision's detectors through the converter: the ONNX graph torchvision documents
+(``torch.onnx.export(model, ([image],), ...)``, one ``[3, H, W]`` image in; boxes,
+labels, scores, and masks or keypoints out, counts dynamic), converted by our
+converter alone (``tfx_bridge.onnx_tf``) and run with oneDNN off against
+onnxruntime on the same file, on images of two sizes and different content.
+
+Models are built with ``weights=None`` and ``weights_backbone=None``, a small
+``min_size``/``max_size`` and a score threshold of 0, so random weights still give
+boxes. BatchNorm statistics are set from the activations each layer sees on random
+images (one pass, each layer before it normalises), as the classification
+catalog's are: a random backbone otherwise collapses its features to zero and
+every box scores the same, leaving the order to ties.
+
+Per model: whether it exported and converted, the detection count and labels
+(exact), the largest box and score differences, and whether equal scores (within
+float rounding) let the order differ, said as such rather than passed. One JSON
+line per model in benchmarks/results/detection_graphs.jsonl.
+
+    nice -n 15 .venv/bin/python benchmarks/detection_graphs.py [--only NAME ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(BENCH_DIR, "results", "detection_graphs.jsonl")
+DETECTORS = ("fasterrcnn_resnet50_fpn", "fasterrcnn_resnet50_fpn_v2",
+             "fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_mobilenet_v3_large_320_fpn",
+             "retinanet_resnet50_fpn", "retinanet_resnet50_fpn_v2", "fcos_resnet50_fpn",
+             "ssd300_vgg16", "ssdlite320_mobilenet_v3_large", "maskrcnn_resnet50_fpn",
+             "maskrcnn_resnet50_fpn_v2", "keypointrcnn_resnet50_fpn", "yolo_style_head")
+IMAGES = ((1, 120, 150), (2, 97, 131))  # (seed, height, width)
+PER_IMAGE = 20
+TIMEOUT_S = 1200
+
+
+def build(name: str):
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    if name == "yolo_style_head":
+        return YoloStyleHead().eval()
+    kw = dict(weights=None, weights_backbone=None)
+    if name.startswith(("retinanet", "fcos", "ssd")):
+        kw.update(score_thresh=0.0, detections_per_img=PER_IMAGE)
+    else:
+        kw.update(box_score_thresh=0.0, box_detections_per_img=PER_IMAGE)
+    if not name.startswith("ssd"):
+        kw.update(min_size=128, max_size=160)
+    model = torchvision.models.get_model_builder(name)(**kw).eval()
+    calibrate(model, [torch.rand(3, 120, 150, generator=torch.Generator().manual_seed(i))
+                      for i in range(4)])
+    return model
+
+
+def calibrate(model, images) -> None:
+    """BatchNorm statistics from the activations each layer sees, in one pass: a
+    pre-hook sets a layer's mean and variance from its input before it normalises."""
+    import torch
+    import torchvision
+
+    kinds = (torch.nn.BatchNorm2d, torchvision.ops.misc.FrozenBatchNorm2d)
+
+    def pre(module, args):
+        x = args[0]
+        module.running_mean.copy_(x.mean(dim=(0, 2, 3)))
+        module.running_var.copy_(x.var(dim=(0, 2, 3)) + 1e-5)
+
+    hooks = [m.register_forward_pre_hook(pre) for m in model.modules() if isinstance(m, kinds)]
+    with torch.no_grad():
+        model(images)
+    for h in hooks:
+        h.remove()
+
+
+def _yolo_class():
+    import torch
+    import torchvision
+    from torch import nn
+
+    class Head(nn.Module):
+        """A single-stage detector in the YOLO style: a conv trunk, one prediction per
+        cell (box, objectness, classes), decoded and filtered by
+        ``torchvision.ops.batched_nms``."""
+
+        def __init__(self, classes: int = 7, stride: int = 8):
+            super().__init__()
+            self.stride = stride
+            self.trunk = nn.Sequential(
+                nn.Conv2d(3, 16, 3, 2, 1), nn.SiLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.SiLU(),
+                nn.Conv2d(32, 32, 3, 2, 1), nn.SiLU())
+            self.pred = nn.Conv2d(32, 5 + classes, 1)
+
+        def forward(self, images):
+            out = []
+            for image in images:
+                p = self.pred(self.trunk(image[None]))[0]  # [5 + C, h, w]
+                h, w = p.shape[-2:]
+                ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+                p = p.flatten(1).T
+                cx = (xs.flatten() + torch.sigmoid(p[:, 0])) * self.stride
+                cy = (ys.flatten() + torch.sigmoid(p[:, 1])) * self.stride
+                bw, bh = torch.exp(p[:, 2].clamp(max=4)) * 16, torch.exp(p[:, 3].clamp(max=4)) * 16
+                boxes = torch.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], 1)
+                scores, labels = (torch.sigmoid(p[:, 4:5]) * torch.sigmoid(p[:, 5:])).max(1)
+                keep = torchvision.ops.batched_nms(boxes, scores, labels, 0.5)[:PER_IMAGE]
+                out.append({"boxes": boxes[keep], "labels": labels[keep],
+                            "scores": scores[keep]})
+            return out
+
+    return Head
+
+
+def YoloStyleHead():  # noqa: N802 (built lazily: torch loads in the child only)
+    return _yolo_class()()
+
+
+def child(name: str, folder: str) -> dict:
+    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    import torch
+
+    row = {"model": name}
+    t = time.time()
+    model = build(name)
+    row["params"] = sum(p.numel() for p in model.parameters())
+    image = torch.rand(3, *IMAGES[0][1:], generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        outputs = list(model([image])[0].keys())
+    path = os.path.join(folder, f"{name}.onnx")
+    try:
+        torch.onnx.export(model, ([image],), path, opset_version=17, input_names=["image"],
+                          output_names=outputs, dynamo=False,
+                          dynamic_axes={"image": {1: "height", 2: "width"},
+                                        **{k: {0: "count"} for k in outputs}})
+    except Exception as e:  # noqa: BLE001 (torch's own export: recorded)
+        return {**row, "status": "export_failed", "message": f"{type(e).__name__}: {e}"[:400]}
+    row["export_s"] = round(time.time() - t, 1)
+    graph = onnx.load(path)
+    row["ops"] = sorted(_op_types(graph.graph))
+    from tfx_bridge.onnx_tf import core
+
+    t = time.time()
+    try:
+        converted = core.convert(graph)
+    except Exception as e:  # noqa: BLE001 (a refusal names op and node: recorded)
+        return {**row, "status": "refused", "message": f"{type(e).__name__}: {e}"[:600]}
+    row["convert_s"] = round(time.time() - t, 1)
+    import tensorflow as tf
+
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    checks = []
+    for seed, h, w in IMAGES:
+        img = np.random.default_rng(seed).random((3, h, w), dtype=np.float32)
+        want = dict(zip(outputs, session.run(None, {"image": img}), strict=True))
+        served = converted.serve(tf.constant(img))
+        got = {k: served[k].numpy() for k in outputs}
+        checks.append(compare(want, got, f"{h}x{w}"))
+    row["checks"] = checks
+    row["status"] = ("verified" if all(c["verdict"] == "equal" for c in checks) else
+                     "ties" if all(c["verdict"] in ("equal", "tie-order") for c in checks)
+                     else "not_equivalent")
+    return row
+
+
+def compare(want: dict, got: dict, image: str, atol: float = 1e-3) -> dict:
+    """Counts and labels exact; boxes, scores (masks at torchvision's 0.5 threshold,
+    keypoints) within tolerance, in the reference's order. A difference confined to
+    detections whose scores tie within float rounding is a tie-order verdict."""
+    import numpy as np
+
+    check = {"image": image, "count": int(len(want["scores"]))}
+    if len(got["scores"]) != len(want["scores"]):
+        return {**check, "verdict": "count", "got_count": int(len(got["scores"]))}
+    scores = want["scores"]
+    tied = np.zeros(len(scores), bool)
+    if len(scores) > 1:
+        close = np.isclose(scores[1:], scores[:-1], rtol=1e-6, atol=1e-7)
+        tied[1:] |= close
+        tied[:-1] |= close
+    off = np.zeros(len(scores), bool)
+    errors = {}
+    for key, w in want.items():
+        g = got[key]
+        if key == "masks":
+            w, g = w > 0.5, g > 0.5
+        if w.shape != g.shape:
+            return {**check, "verdict": "shape", "output": key}
+        if w.dtype.kind in "iub":
+            bad = (w != g).reshape(len(w), -1).any(1) if len(w) else np.zeros(0, bool)
+            frac = float(bad.mean()) if len(w) else 0.0
+            if key == "masks":  # pixels at the threshold's edge may flip
+                frac = float((w != g).mean()) if w.size else 0.0
+                bad = (w != g).reshape(len(w), -1).mean(1) > 1e-3
+            errors[key] = frac
+        else:
+            scale = max(1.0, float(np.abs(w).max())) if w.size else 1.0
+            diff = np.abs(w.astype(np.float64) - g).reshape(len(w), -1).max(1) if len(w) \
+                else np.zeros(0)
+            errors[key] = float(diff.max()) if diff.size else 0.0
+            bad = diff > atol * scale
+        off |= bad
+    check["errors"] = errors
+    if not off.any():
+        return {**check, "verdict": "equal"}
+    if (off <= tied).all():
+        return {**check, "verdict": "tie-order", "tied_rows": int(off.sum())}
+    return {**check, "verdict": "differs", "rows_off": int(off.sum())}
+
+
+def _op_types(graph) -> set:
+    """Op types of a graph and of every subgraph (If branches, Loop bodies)."""
+    types = set()
+    for node in graph.node:
+        types.add(node.op_type)
+        for attr in node.attribute:
+            for sub in list(attr.g.node and [attr.g]) + list(attr.graphs):
+                types |= _op_types(sub)
+    return types
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        with tempfile.TemporaryDirectory() as folder:
+            print("ROW " + json.dumps(child(args.child, folder)), flush=True)
+        return
+    for name in DETECTORS:
+        if args.only and name not in args.only:
+            continue
+        t = time.time()
+        try:
+            proc = subprocess.run([sys.executable, __file__, "--child", name],
+                                  capture_output=True, text=True, timeout=TIMEOUT_S)
+            rows = [ln[4:] for ln in proc.stdout.splitlines() if ln.startswith("ROW ")]
+            row = json.loads(rows[-1]) if rows else {
+                "model": name, "status": "crash",
+                "message": (proc.stderr.strip().splitlines() or ["no output"])[-1][:400]}
+        except subprocess.TimeoutExpired:
+            row = {"model": name, "status": "timeout", "message": f"over {TIMEOUT_S} s"}
+        row["wall_s"] = round(time.time() - t, 1)
+        with open(OUT, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"{name}: {row['status']} ({row['wall_s']} s) {row.get('message', '')[:200]}",
+              file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()
