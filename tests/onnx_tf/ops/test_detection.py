@@ -159,3 +159,47 @@ def test_roi_align_opset_10_uses_output_half_pixel_rule():
                    [helper.make_tensor_value_info("y", F, None)], opset=10)
     want, got = _run_both(model, feeds)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+class _TinyDetector(torch.nn.Module):
+    """Per-cell boxes and class scores from a conv, filtered by torchvision's
+    batched_nms: the post-processing a single-stage detector exports."""
+
+    def __init__(self):
+        super().__init__()
+        self.pred = torch.nn.Conv2d(3, 4 + 3, 3, stride=4, padding=1)
+
+    def forward(self, image):
+        p = self.pred(image[None])[0].flatten(1).T  # [cells, 7]
+        xy = torch.sigmoid(p[:, :2]) * 20
+        wh = torch.exp(p[:, 2:4].clamp(max=2)) * 4
+        boxes = torch.cat([xy - wh / 2, xy + wh / 2], 1)
+        scores, labels = torch.sigmoid(p[:, 4:]).max(1)
+        keep = tv_ops.batched_nms(boxes, scores, labels, 0.4)[:9]
+        return boxes[keep], labels[keep], scores[keep]
+
+
+def test_exported_batched_nms_detector_matches_onnxruntime_at_two_image_sizes(tmp_path):
+    torch.manual_seed(0)
+    path = str(tmp_path / "det.onnx")
+    with torch.no_grad():
+        torch.onnx.export(_TinyDetector().eval(), (torch.rand(3, 23, 31),), path,
+                          input_names=["image"], output_names=["boxes", "labels", "scores"],
+                          opset_version=17, dynamo=False,
+                          dynamic_axes={"image": {1: "h", 2: "w"}, "boxes": {0: "n"},
+                                        "labels": {0: "n"}, "scores": {0: "n"}})
+    model = onnx.load(path)
+    ops = {n.op_type for n in model.graph.node}
+    ops |= {sub.op_type for n in model.graph.node for a in n.attribute for sub in a.g.node}
+    assert "NonMaxSuppression" in ops
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    converted = core.convert(model)
+    for h, w in ((23, 31), (17, 42)):
+        image = np.random.default_rng(h).random((3, h, w), dtype=np.float32)
+        want = session.run(None, {"image": image})
+        out = converted.serve(tf.constant(image))
+        got = [out[n].numpy() for n in converted.output_names]
+        assert got[0].shape == want[0].shape and len(want[0]) > 1
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-6)
