@@ -18,15 +18,16 @@ Figures go into docs/BENCHMARKS.md.
     .venv/bin/python benchmarks/import_models.py [--json] [--only NAME ...]
 
 ``--catalog`` runs whole catalogs instead of the zoo (benchmarks/catalog.py:
-every torchvision classification and segmentation builder, every
-transformers text architecture from a tiny config, and nets written with
-torch.nn), each model in a child process (a crash or a timeout is a recorded
-row), every hand-over form asked for, one JSON line per model, form and
-converter in benchmarks/results/catalog.jsonl (rows already there are
-skipped: the run resumes). ``--summary`` prints the totals as Markdown.
+every torchvision classification, segmentation and video builder, every
+transformers text architecture from a tiny config, transformers' vision,
+audio and dual-encoder models, and nets written with torch.nn), each model
+in a child process (a crash or a timeout is a recorded row), every hand-over
+form asked for, one JSON line per model, form and converter in
+benchmarks/results/catalog.jsonl (rows already there are skipped: the run
+resumes). ``--summary`` prints the totals as Markdown.
 
     nice -n 15 .venv/bin/python benchmarks/import_models.py --catalog \
-        [--family torchvision,transformers,torch_nn] [--only NAME ...] \
+        [--family torchvision,transformers,transformers_media,torch_nn] [--only NAME ...] \
         [--forms state_dict,torchscript,onnx] [--onnx2tf] [--jobs N] [--out FILE]
     .venv/bin/python benchmarks/import_models.py --catalog --summary [--out FILE]
 
@@ -145,7 +146,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--catalog", action="store_true",
                         help="whole catalogs (benchmarks/catalog.py) instead of the zoo")
-    parser.add_argument("--family", default="torch_nn,transformers,torchvision",
+    parser.add_argument("--family", default="torch_nn,transformers,transformers_media,torchvision",
                         help="comma-separated catalog families, run in this order")
     parser.add_argument("--forms", default="state_dict",
                         help="comma-separated hand-over forms: state_dict,torchscript,onnx")
