@@ -59,7 +59,8 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
         source_kind=kind, source_path=path, module_class=args.module_class,
         module_kwargs=kwargs, inputs=args.input or (), output_names=args.output_name or (),
         opset=args.opset, atol=args.atol, rtol=args.rtol, converter=args.converter,
-        graph_rewrites=not args.no_graph_rewrites)
+        graph_rewrites=not args.no_graph_rewrites, task=args.task,
+        max_detections=args.max_detections)
     problems = config.source_problems(has_source_model=bool(args.source_model))
     if problems:
         raise ImporterConfigError("import-model: " + "; ".join(problems) + ".")
@@ -78,6 +79,8 @@ def cmd_import_model(args: argparse.Namespace) -> Dict[str, Any]:
     progress(f"Exported, converted ({result.report['converter']}) and checked {source.kind} "
              f"{source.path} in {sum(result.report['seconds'].values()):.1f}s")
     print(import_report.check_table(result.report["checks"]))
+    if result.report.get("summary"):
+        print(result.report["summary"])
     verdict = "equivalent: blessed" if result.blessed else "NOT equivalent: not blessed"
     print(f"{verdict}. SavedModel: {serving_dir}")
     cause = import_report.likely_cause(result.report)
@@ -135,7 +138,7 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
 
 def add_parser(sub) -> None:
     """The import-model and optimize verbs."""
-    from tfx_bridge.components.pytorch_model_importer import to_tf
+    from tfx_bridge.components.pytorch_model_importer import detection, to_tf
     from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
     from tfx_bridge.components.trt_optimizer.config import (
         MAX_ITERATIONS,
@@ -176,6 +179,13 @@ def add_parser(sub) -> None:
     imp.add_argument("--converter", choices=to_tf.CHOICES, default=importer.converter,
                      help="ONNX -> TF converter: tfx-bridge (ours, op by op in ONNX semantics), "
                      "onnx2tf, or auto (default: ours, onnx2tf where ours refuses)")
+    imp.add_argument("--task", choices=detection.TASKS, default=importer.task,
+                     help="tensors (default): the declared inputs and outputs; detection: "
+                     "torchvision's detection interface in, the TF Object Detection API's "
+                     f"signature out (--input defaults to {detection.DEFAULT_INPUT})")
+    imp.add_argument("--max-detections", type=int_between(1, detection.MAX_DETECTIONS),
+                     default=None, help="a detector's detections per image when the model "
+                     "does not say (an ONNX file); torchvision's default is 100")
     imp.add_argument("--no-graph-rewrites", action="store_true",
                      help="give onnx2tf the ONNX as exported (to see what the rewrites fix)")
     add_common(imp)

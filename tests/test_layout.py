@@ -153,6 +153,8 @@ ALLOWED_LOCAL_FILE_CALLS = {
     "tfx_bridge/child_worker.py": "the stdout/stderr files its caller made for one run",
     "components/pytorch_model_importer/convert.py":
         "runs on local staging copies (import_model stages remote sources and outputs)",
+    "components/pytorch_model_importer/detection_import.py":
+        "runs on import_model's local staging copies, as convert.py's tensor route does",
     "components/pytorch_model_importer/onnx2tf/graph_rewrites.py":
         "lists onnx2tf's installed converters",
     "components/pytorch_model_importer/onnx2tf/convert.py":

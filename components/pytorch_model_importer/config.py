@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional, Sequence, Tuple
 
-from tfx_bridge.components.pytorch_model_importer import signature, source
+from tfx_bridge.components.pytorch_model_importer import detection, signature, source
 from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
 from tfx_bridge.components.pytorch_model_importer.export.stage import (
     DEFAULT_OPSET,
@@ -62,6 +62,13 @@ class ImporterConfig(Config):
     converter: str = AUTO
     # Graph rewrites before onnx2tf (off only to see what they fix).
     graph_rewrites: bool = True
+    # "tensors": the declared tensors in and out. "detection": torchvision's detection
+    # interface in, the TF Object Detection API's signature out (detection.py); inputs
+    # then declare the image batch (default images:uint8:-1,-1,-1,3) and outputs are
+    # the API's.
+    task: str = detection.TASK_TENSORS
+    # A detector's detections per image when the model does not say (an ONNX file).
+    max_detections: Optional[int] = None
 
     def problems(self) -> List[str]:
         problems = []
@@ -74,6 +81,16 @@ class ImporterConfig(Config):
             problems.append(f"converter {self.converter!r}: use one of {', '.join(CHOICES)}")
         if self.atol < 0 or self.rtol < 0:
             problems.append(f"atol and rtol must be >= 0, got {self.atol} and {self.rtol}")
+        if self.task not in detection.TASKS:
+            problems.append(f"task {self.task!r}: use one of {list(detection.TASKS)}")
+        if self.max_detections is not None and (
+                isinstance(self.max_detections, bool) or not isinstance(self.max_detections, int)
+                or not 1 <= self.max_detections <= detection.MAX_DETECTIONS):
+            problems.append(f"max_detections {self.max_detections!r}: use an integer from 1 "
+                            f"to {detection.MAX_DETECTIONS}")
+        if self.task == detection.TASK_DETECTION:
+            problems += self._detection_problems()
+            return problems
         for declared, check in ((self.inputs, signature.parse_input_specs),
                                 (self.output_names, signature.check_output_names)):
             if declared:
@@ -81,6 +98,21 @@ class ImporterConfig(Config):
                     check(declared)
                 except BridgeError as e:  # a bad spec text, a bad or repeated name
                     problems.append(str(e).rstrip("."))
+        return problems
+
+    def _detection_problems(self) -> List[str]:
+        problems = []
+        if self.output_names:
+            problems.append("a detector's outputs are the TF Object Detection API's "
+                            f"({', '.join(detection.served_outputs(['masks', 'keypoints']))}, "
+                            "as the model has them): leave output_names empty")
+        if len(self.inputs) > 1:
+            problems.append(f"a detector takes one batch of images; got inputs {list(self.inputs)}")
+        elif self.inputs:
+            try:
+                detection.check_input(signature.parse_input_spec(self.inputs[0]))
+            except BridgeError as e:
+                problems.append(str(e).rstrip("."))
         return problems
 
     def source_problems(self, has_source_model: bool) -> List[str]:
@@ -93,6 +125,8 @@ class ImporterConfig(Config):
         problems = []
         if self.source_kind == SOURCE_STATE_DICT and not self.module_class:
             problems.append("a state_dict source needs module_class (pkg.mod:Class)")
+        if self.task == detection.TASK_DETECTION:
+            return problems  # the image batch has a default; the outputs are the API's
         if not self.inputs:
             problems.append("declare every model input as name:dtype:shape, in forward() order "
                             "(inputs)")
@@ -105,6 +139,12 @@ class ImporterConfig(Config):
         the model folder's ``Format-PyTorch/`` spec when ``folder`` holds one, else the
         declared ones (``source_path`` relative to ``folder`` when it is given). Both
         routes, the component's and ``tfx-bridge import-model``'s, resolve here."""
+        if self.task == detection.TASK_DETECTION:  # outputs: the API's, once the model is read
+            found = ModelSource(self.source_kind,
+                                source.resolve_source_path(folder, self.source_path or ""),
+                                self.module_class, self.module_kwargs or {})
+            return found, [detection.check_input(signature.parse_input_spec(
+                self.inputs[0] if self.inputs else detection.DEFAULT_INPUT))], []
         found, inputs, outputs = source.from_model_folder(
             folder, self.inputs, self.output_names, self.module_class, self.source_kind,
             self.source_path or "", self.module_kwargs or {})

@@ -36,7 +36,13 @@ from typing import Any, Callable, List, Optional, Sequence
 
 from tfx_bridge.artifacts import examples, layout, savedmodel
 from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
-from tfx_bridge.components.pytorch_model_importer import rewrite, to_tf, transform_wrap
+from tfx_bridge.components.pytorch_model_importer import (
+    detection,
+    detection_import,
+    rewrite,
+    to_tf,
+    transform_wrap,
+)
 from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
 from tfx_bridge.components.pytorch_model_importer.digest import digest_settings, source_digest
 from tfx_bridge.components.pytorch_model_importer.export.stage import (
@@ -103,6 +109,8 @@ class _Job:
     transformed_examples_dir: Optional[str]
     converter: str
     progress: Optional[Callable[[str], None]] = None  # told as each stage ends
+    task: str = detection.TASK_TENSORS
+    max_detections: Optional[int] = None
 
     def say(self, line: str) -> None:
         if self.progress is not None:
@@ -155,10 +163,16 @@ def import_model(config: ImporterConfig, output_dir: str, source_model: str = ""
         job = _Job(local_source, inputs, output_names, config.opset, config.atol,
                    config.rtol, batch_sizes, examples_dir, schema, tamper_onnx,
                    config.graph_rewrites, transform, transformed_examples_dir,
-                   config.converter, progress)
-        result = _import_local(job, local_out, shown_source=source,
-                               shown_transform=transform_dir, digest=digest)
-    carry_pytorch(source, [s.to_text() for s in inputs], output_names, output_dir)
+                   config.converter, progress, config.task, config.max_detections)
+        if config.task == detection.TASK_DETECTION:
+            blessed, report, serving, outputs = detection_import.import_detector(
+                job, local_out, source, digest)
+            result = ImportResult(blessed, report, serving, source, outputs)
+        else:
+            result = _import_local(job, local_out, shown_source=source,
+                                   shown_transform=transform_dir, digest=digest)
+    if config.task != detection.TASK_DETECTION:  # Format-PyTorch/ describes tensor models
+        carry_pytorch(source, [s.to_text() for s in inputs], output_names, output_dir)
     if fs.is_remote(output_dir):
         result.serving_dir = fs.join(output_dir, SERVING_DIR)
     return result
@@ -261,7 +275,6 @@ def _import_local(job: _Job, output_dir: str, shown_source: ModelSource,
     with open(os.path.join(output_dir, REPORT_MD), "w", encoding="utf-8") as f:
         f.write(report_markdown(report))
     return ImportResult(blessed, report, serving_dir, shown_source, list(output_names))
-
 
 
 @dataclasses.dataclass

@@ -21,7 +21,8 @@ from tfx_bridge.storage import fs
 
 # ImporterConfig's fields, each in one group (a test holds every field to one):
 # settings that change the served graph or its verdict, hashed as set;
-DIGEST_SETTINGS = ("opset", "atol", "rtol", "converter", "graph_rewrites")
+DIGEST_SETTINGS = ("opset", "atol", "rtol", "converter", "graph_rewrites", "task",
+                   "max_detections")
 # what the model is and its signature, hashed as resolved (the content of the
 # model file, the module, the input and output specs), whichever folder or spec
 # they came from;

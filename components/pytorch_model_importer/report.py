@@ -10,6 +10,8 @@ def _num(value, fmt: str = ".3g") -> str:
 
 def check_table(checks: Sequence[dict]) -> str:
     """Markdown table of checks; a check that raised shows its error instead of numbers."""
+    if checks and "verdict" in checks[0]:
+        return detection_table(checks)
     rows = ["| batch | output | vs | dtype | max abs | max rel | mismatches | ok |",
             "|---|---|---|---|---|---|---|---|"]
     for c in checks:
@@ -19,6 +21,30 @@ def check_table(checks: Sequence[dict]) -> str:
         rows.append(f"| {c['batch']} | {c['output']} | {c['reference']} | {c['dtype']} | "
                     f"{_num(c['max_abs'])} | {_num(c['max_rel'])} | "
                     f"{'-' if c['mismatches'] is None else c['mismatches']} | {verdict} |")
+    return "\n".join(rows)
+
+
+def detection_table(checks: Sequence[dict]) -> str:
+    """A detector's checks, one row per image and reference (detection_verify.py)."""
+    rows = ["| batch | image | size | vs | detections | boxes | scores | labels | masks | "
+            "verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in checks:
+        errors = c.get("errors") or {}
+        verdict = c["verdict"] if c["verdict"] in ("equal", "tie-order") else \
+            f"**{c['verdict']}**"
+        if c.get("tied_rows"):
+            verdict += f" (rows {c['tied_rows']})"
+        if c.get("rows_off"):
+            verdict += f" (rows {c['rows_off']})"
+        if c.get("got_count") is not None:
+            verdict += f" (got {c['got_count']})"
+        if c.get("error"):
+            verdict += f" ({c['error']})"
+        rows.append(f"| {c['batch']} | {c['image']} | {c['size']} | {c['reference']} | "
+                    f"{'-' if c.get('count') is None else c['count']} | "
+                    f"{_num(errors.get('boxes'))} | {_num(errors.get('scores'))} | "
+                    f"{_num(errors.get('labels'))} | {_num(errors.get('masks'))} | "
+                    f"{verdict} |")
     return "\n".join(rows)
 
 
@@ -81,9 +107,14 @@ def report_markdown(report: dict) -> str:
             for a in report.get("conversion_attempts") or [] if a["outcome"] == "refused"),
         f"- inputs: {', '.join(report['inputs'])}",
         f"- outputs: {', '.join(report['outputs'])}",
-        f"- tolerance: atol {report['tolerance']['atol']}, rtol {report['tolerance']['rtol']}, "
-        "integer outputs exact",
+        (f"- tolerance: atol {report['tolerance']['atol']}, rtol {report['tolerance']['rtol']}, "
+         "integer outputs exact" if report.get("task") != "detection" else
+         "- tolerance: " + "; ".join(f"{k} {v}" for k, v in report["tolerance"].items())),
         f"- check inputs: {report['inputs_from']}",
+        *([f"- detections: {report['summary']}; K = "
+           f"{report['detection']['detections_per_image']} (from "
+           f"{report['detection']['detections_per_image_from']}); boxes "
+           f"{report['detection']['boxes']}"] if report.get("task") == "detection" else []),
         f"- max abs error (float outputs): {_num(report['max_abs_error'])}",
         f"- seconds: {report['seconds']}", "",
         "## Rewrites applied", "",

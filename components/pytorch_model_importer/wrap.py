@@ -36,6 +36,28 @@ def _output_order(keys: Sequence[str], output_names: Sequence[str]) -> List[str]
     return numbered
 
 
+def converted_callable(converted):
+    """(what the SavedModel must keep, the function, its inputs by name, call(feed))
+    of a converter's result: a SavedModel folder (onnx2tf) or our in-memory one."""
+    import tensorflow as tf
+
+    if isinstance(converted, str):
+        holder = tf.saved_model.load(converted)
+        fn = holder.signatures[SERVING_SIGNATURE]
+
+        def call(feed):
+            return fn(**feed)
+
+        return holder, fn, fn.structured_input_signature[1], call
+    holder, fn = converted.module, converted.serve
+    positional = list(fn.structured_input_signature[0])
+
+    def call_positional(feed):
+        return fn(*[feed[s.name] for s in positional])
+
+    return holder, fn, {s.name: s for s in positional}, call_positional
+
+
 def wrap_saved_model(converted, out_dir: str, inputs: Sequence[TensorSpec],
                      output_names: Sequence[str], schema=None,
                      unused: Sequence[str] = (), row_wise: bool = False) -> None:
@@ -54,20 +76,7 @@ def wrap_saved_model(converted, out_dir: str, inputs: Sequence[TensorSpec],
 
     if schema is not None:
         check_inputs_against_schema(inputs, schema)
-    if isinstance(converted, str):
-        holder = tf.saved_model.load(converted)
-        fn = holder.signatures[SERVING_SIGNATURE]
-        converted_inputs = fn.structured_input_signature[1]
-
-        def call(feed):
-            return fn(**feed)
-    else:
-        holder, fn = converted.module, converted.serve
-        positional = list(fn.structured_input_signature[0])
-        converted_inputs = {s.name: s for s in positional}
-
-        def call(feed):
-            return fn(*[feed[s.name] for s in positional])
+    holder, fn, converted_inputs, call = converted_callable(converted)
     by_name = {}
     for spec in inputs:
         candidates = [spec.name, re.sub(r"[^A-Za-z0-9_]", "_", spec.name)]

@@ -24,6 +24,17 @@ class ClassPathError(BridgeError):
 
 
 ALLOWED_MODULES_ENV = "TFX_BRIDGE_ALLOWED_MODULES"
+# Model builders: functions, not classes, allowed by their whole name because they are
+# the form a model family comes in (torchvision's detectors are built by these, with
+# keyword arguments such as num_classes). They are called with weights=None and
+# weights_backbone=None: weights come from the state_dict, never a download.
+DETECTION_BUILDERS = (
+    "fasterrcnn_resnet50_fpn", "fasterrcnn_resnet50_fpn_v2", "fasterrcnn_mobilenet_v3_large_fpn",
+    "fasterrcnn_mobilenet_v3_large_320_fpn", "retinanet_resnet50_fpn",
+    "retinanet_resnet50_fpn_v2", "fcos_resnet50_fpn", "ssd300_vgg16",
+    "ssdlite320_mobilenet_v3_large", "maskrcnn_resnet50_fpn", "maskrcnn_resnet50_fpn_v2",
+    "keypointrcnn_resnet50_fpn")
+BUILDERS = frozenset(f"torchvision.models.detection:{n}" for n in DETECTION_BUILDERS)
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -34,8 +45,9 @@ def check_class_path(name: str) -> Tuple[str, str]:
     outside ``TFX_BRIDGE_ALLOWED_MODULES`` (comma-separated packages) when that is
     set; a module that cannot be found; and, read from the module's source with
     ``ast`` (not executed), a name that the module binds to a function or a
-    constant, or does not bind at all. Nothing is imported for this: not the
-    module, not its parent packages (found through their search paths)."""
+    constant, or does not bind at all (except the builder functions named whole in
+    ``BUILDERS``). Nothing is imported for this: not the module, not its parent
+    packages (found through their search paths)."""
     import ast
     import sys
 
@@ -71,7 +83,9 @@ def check_class_path(name: str) -> Tuple[str, str]:
     if binding is not None:
         raise ClassPathError(
             f"module class {name!r}: {module_path} {binding} (read from {spec.origin}, "
-            "not imported). Name the model's class, e.g. mypkg.models:CtrModel.")
+            "not imported). Name the model's class, e.g. mypkg.models:CtrModel"
+            + (", or one of the builders allowed by name: " + ", ".join(sorted(BUILDERS))
+               if module_path == "torchvision.models.detection" else "") + ".")
     return module_path, class_name
 
 

@@ -225,6 +225,8 @@ def import_module_class(name: str):
         raise TorchModelError(
             f"module class {name!r}: cannot import it ({e}). Install the package that "
             "defines it, or fix the path.") from e
+    if name in class_path.BUILDERS:
+        return _builder(cls, name)
     if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
         raise TorchModelError(
             f"module class {name!r} is {type(cls).__name__} "
@@ -276,3 +278,27 @@ def warm_start(model, folder: str) -> List[str]:
               "from scratch (no base_model).")
     model.load_state_dict(state)
     return sorted(own)
+
+
+def _builder(fn, name: str):
+    """A builder allowed by name (class_path.BUILDERS) as a constructor: weights are
+    the state_dict's, so nothing is downloaded (weights=None, weights_backbone=None),
+    and what it returns must be a Module."""
+    import functools
+
+    import torch
+
+    @functools.wraps(fn)
+    def build(**kwargs):
+        given = sorted(k for k in ("weights", "weights_backbone") if kwargs.get(k) is not None)
+        if given:
+            raise TypeError(
+                f"{name} takes its weights from the state_dict: drop {given} from the "
+                "keyword arguments (they would download pretrained weights)")
+        module = fn(**{**kwargs, "weights": None, "weights_backbone": None})
+        if not isinstance(module, torch.nn.Module):
+            raise TorchModelError(f"builder {name!r} returned {type(module).__name__}, "
+                                  "not a torch.nn.Module.")
+        return module
+
+    return build

@@ -138,7 +138,7 @@ def test_source_digest_transform_graph_of_another_run_same_digest_other_vocab_no
 
 # A value other than the default for every setting the digest takes from the config.
 _CHANGED_SETTINGS = {"opset": 18, "atol": 1e-3, "rtol": 1e-3, "converter": "onnx2tf",
-                     "graph_rewrites": False}
+                     "graph_rewrites": False, "task": "detection", "max_detections": 5}
 
 
 def test_digest_settings_every_config_field_in_exactly_one_group():

@@ -1,0 +1,258 @@
+"""A detector's proof of equivalence: detections compared as detections.
+
+The SavedModel's ``serving_default`` runs in a fresh process with oneDNN off
+(``detection_child.py``) on batches of images of different content (batch sizes
+1, 3 and 8 by default, one image size per batch size so the mapping back to the
+input image is checked at several sizes). Per image, against torch (torch
+sources: the module on the same images as a list) and onnxruntime (the exported
+or handed-over ONNX, image by image):
+
+- the number of detections and every label exactly;
+- boxes (in the input image's pixels, mapped back from the normalised ones) and
+  scores within ``atol`` of the larger of 1 and the largest box coordinate, in the
+  reference's order; masks at torchvision's 0.5 pixel threshold (a pixel at the
+  threshold's edge may flip: at most 0.1% of a mask's pixels); keypoints as boxes.
+
+Where detections differ only inside a group whose scores are equal within float
+rounding (two float32 computations of a tie may order it either way), the check
+says ``tie-order`` with the rows involved: the same detections, ordered
+differently. It blesses, and the report and the CLI's summary say so. No TFX
+imports.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from tfx_bridge import child
+from tfx_bridge.components.pytorch_model_importer import detection
+from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
+from tfx_bridge.errors import short_message
+
+DEFAULT_BATCH_SIZES = (1, 3, 8)
+# Image sizes for a dynamic height and width, one per batch size in turn: landscape,
+# portrait and square, none a multiple of the backbone's stride.
+IMAGE_SIZES = ((97, 131), (120, 90), (111, 111))
+DEFAULT_ATOL = 1e-3
+# Scores this close may come out of two float32 computations in either order.
+TIE_ATOL = 1e-4
+MASK_THRESHOLD = 0.5
+MASK_FLIPS = 1e-3
+CHILD_MODULE = "tfx_bridge.components.pytorch_model_importer.detection_child"
+CHILD_MARKER = "TFX_BRIDGE_DETECT "
+TIMEOUT_S = 1800
+EQUAL, TIE_ORDER = "equal", "tie-order"
+PASSING = (EQUAL, TIE_ORDER)
+
+
+def compare(want: Dict[str, np.ndarray], got: Dict[str, np.ndarray],
+            atol: float = DEFAULT_ATOL) -> dict:
+    """One image's detections (torchvision's dict, pixel boxes) against the reference's.
+
+    >>> w = {"boxes": np.array([[0., 0, 4, 4]]), "labels": np.array([3]),
+    ...      "scores": np.array([.9], np.float32)}
+    >>> compare(w, dict(w))["verdict"]
+    'equal'
+    >>> compare(w, {**w, "labels": np.array([2])})["verdict"]
+    'differs'
+    """
+    check = {"count": int(len(want["scores"])), "errors": {}}
+    if len(got["scores"]) != len(want["scores"]):
+        return {**check, "verdict": "count", "got_count": int(len(got["scores"]))}
+    scores = np.asarray(want["scores"])
+    group = (np.concatenate([[0], np.cumsum(np.diff(scores) < -TIE_ATOL)]) if len(scores)
+             else np.zeros(0, int))
+    off = np.zeros(len(scores), bool)
+    scale = max(1.0, float(np.abs(want["boxes"]).max())) if len(want["boxes"]) else 1.0
+    for key, w in want.items():
+        g = np.asarray(got[key])
+        w = np.asarray(w)
+        if key == "masks":
+            w, g = w > MASK_THRESHOLD, g > MASK_THRESHOLD
+        if w.shape != g.shape:
+            return {**check, "verdict": "shape", "output": key,
+                    "shapes": [list(w.shape), list(g.shape)]}
+        if not len(w):
+            check["errors"][key] = 0.0
+            continue
+        if key == "masks":
+            flips = (w != g).reshape(len(w), -1).mean(1)
+            check["errors"][key] = float(flips.max())
+            bad = flips > MASK_FLIPS
+        elif w.dtype.kind in "iub":
+            bad = (w != g).reshape(len(w), -1).any(1)
+            check["errors"][key] = float(bad.mean())
+        else:
+            diff = np.abs(w.astype(np.float64) - g).reshape(len(w), -1).max(1)
+            check["errors"][key] = float(diff.max())
+            bad = diff > atol * (1.0 if key in ("scores", "keypoints_scores") else scale)
+        off |= bad
+    if not off.any():
+        return {**check, "verdict": EQUAL}
+    if _same_within_ties(want, got, group, off, atol * scale):
+        return {**check, "verdict": TIE_ORDER, "tied_rows": [int(i) for i in np.flatnonzero(off)]}
+    return {**check, "verdict": "differs", "rows_off": [int(i) for i in np.flatnonzero(off)][:20]}
+
+
+def _same_within_ties(want, got, group, off, box_atol: float) -> bool:
+    """Every detection out of place has its match (label, box, score) among the
+    reference's detections of its own tie group."""
+    for i in np.flatnonzero(off):
+        peers = np.flatnonzero(group == group[i])
+        if len(peers) < 2:
+            return False
+        match = ((np.asarray(want["labels"])[peers] == got["labels"][i])
+                 & (np.abs(np.asarray(want["boxes"])[peers] - got["boxes"][i]).max(1)
+                    <= box_atol)
+                 & (np.abs(np.asarray(want["scores"])[peers] - got["scores"][i]) <= TIE_ATOL))
+        if not match.any():
+            return False
+    return True
+
+
+def unpadded(served: Dict[str, np.ndarray], index: int, hw: Tuple[int, int],
+             raw_names: Sequence[str]) -> Dict[str, np.ndarray]:
+    """serving_default's padded, normalised outputs for image ``index`` back in
+    torchvision's form (pixel x1, y1, x2, y2 boxes, int labels), for comparison."""
+    n = int(round(float(served[detection.NUM][index])))
+    h, w = hw
+    boxes = served[detection.BOXES][index, :n].astype(np.float64)
+    out = {"boxes": np.stack([boxes[:, 1] * w, boxes[:, 0] * h, boxes[:, 3] * w,
+                              boxes[:, 2] * h], 1),
+           "labels": served[detection.CLASSES][index, :n].round().astype(np.int64),
+           "scores": served[detection.SCORES][index, :n]}
+    if "masks" in raw_names:
+        out["masks"] = served[detection.MASKS][index, :n][:, None]
+    if "keypoints" in raw_names:
+        yx = served[detection.KEYPOINTS][index, :n].astype(np.float64)
+        out["keypoints"] = np.stack([yx[..., 1] * w, yx[..., 0] * h], -1)
+        out["keypoints_scores"] = served[detection.KEYPOINT_SCORES][index, :n]
+    return out
+
+
+def _reference_form(ref: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """A reference dict as the served one is compared: keypoints as (x, y) only
+    (torchvision's third column is its visibility flag, always 1)."""
+    out = dict(ref)
+    if "keypoints" in out:
+        out["keypoints"] = np.asarray(out["keypoints"])[..., :2]
+    return out
+
+
+def batches(spec: TensorSpec, batch_sizes: Sequence[int]) -> List[np.ndarray]:
+    return [detection.verification_images(spec, b, seed=i, size=IMAGE_SIZES[i % len(IMAGE_SIZES)])
+            for i, b in enumerate(batch_sizes)]
+
+
+def run_torch(module, images: np.ndarray) -> List[Dict[str, np.ndarray]]:
+    """The module on one batch's images as torchvision takes them (a list of
+    ``[3, H, W]`` floats in [0, 1])."""
+    import torch
+
+    chw = [torch.from_numpy(np.ascontiguousarray(im.transpose(2, 0, 1))).float() / 255.0
+           for im in images]
+    with torch.no_grad():
+        out = module(chw)
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], list):
+        out = out[1]  # a scripted detector returns (losses, detections)
+    return [{k: v.numpy() for k, v in d.items()} for d in out]
+
+
+def run_ort(onnx_path: str, images: np.ndarray, raw_names: Sequence[str], session=None
+            ) -> List[Dict[str, np.ndarray]]:
+    import onnxruntime as ort
+
+    session = session or ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    found = []
+    for im in images:
+        chw = np.ascontiguousarray(im.transpose(2, 0, 1)).astype(np.float32) / np.float32(255.0)
+        found.append(dict(zip(raw_names, session.run(list(raw_names), {name: chw}), strict=True)))
+    return found
+
+
+def serve_fresh(saved_model_dir: str, spec: TensorSpec, images: Sequence[np.ndarray],
+                outputs: Sequence[str]) -> List[object]:
+    """serving_default on each batch in a process with oneDNN off: per batch, the
+    outputs by name, or the error's text."""
+    with tempfile.TemporaryDirectory(prefix="tfx-bridge-detect-") as work:
+        request, answer = os.path.join(work, "request.npz"), os.path.join(work, "answer.npz")
+        np.savez(request, **{str(i): b for i, b in enumerate(images)})
+        args = json.dumps({"input": spec.name, "outputs": list(outputs),
+                           "batches": len(images)})
+        try:
+            result = child.run_python(["-m", CHILD_MODULE, saved_model_dir, request, answer,
+                                       args], CHILD_MARKER, timeout=TIMEOUT_S,
+                                      env=child.SERVING_CPU_ENV, warm=True)
+        except Exception as e:  # noqa: BLE001  (a timeout is a failed check, not a crash)
+            return [f"the fresh-process check did not finish: {short_message(e)}"] * len(images)
+        if result.payload is None:
+            return [f"loading the SavedModel in a fresh process failed (exit "
+                    f"{result.returncode}): {result.stderr_tail}"] * len(images)
+        found: List[object] = []
+        with np.load(answer) as data:
+            for i in range(len(images)):
+                error = result.payload["errors"].get(str(i))
+                found.append(error if error else
+                             {n: data[f"{i}::{n}"] for n in outputs})
+        return found
+
+
+def verify(saved_model_dir: str, onnx_path: str, spec: TensorSpec, raw_names: Sequence[str],
+           module=None, atol: float = DEFAULT_ATOL,
+           batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES) -> List[dict]:
+    """One check per image and reference: ``{"batch", "image", "size", "reference",
+    "verdict", "count", "errors", ...}``; ``verdict`` in PASSING blesses."""
+    import onnxruntime as ort
+
+    outputs = detection.served_outputs(raw_names)
+    images = batches(spec, batch_sizes)
+    served = serve_fresh(saved_model_dir, spec, images, outputs)
+    session = None
+    try:
+        session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001  (recorded: the reference could not load)
+        ort_error: Optional[str] = short_message(e)
+    else:
+        ort_error = None
+    checks = []
+    for batch, got in zip(images, served, strict=True):
+        hw = (int(batch.shape[1]), int(batch.shape[2]))
+        refs = {}
+        if module is not None:
+            refs["torch"] = _guarded(lambda b=batch: run_torch(module, b))
+        refs["onnxruntime"] = (ort_error if ort_error is not None else
+                               _guarded(lambda b=batch: run_ort(onnx_path, b, raw_names,
+                                                                session)))
+        for reference, want in refs.items():
+            for i in range(len(batch)):
+                row = {"batch": len(batch), "image": i, "size": f"{hw[0]}x{hw[1]}",
+                       "reference": reference}
+                if isinstance(got, str) or isinstance(want, str):
+                    side = "served" if isinstance(got, str) else reference
+                    checks.append({**row, "verdict": "error", "count": None, "errors": {},
+                                   "error": f"{side}: {got if isinstance(got, str) else want}"})
+                    continue
+                checks.append({**row, **compare(_reference_form(want[i]),
+                                                unpadded(got, i, hw, raw_names), atol)})
+    return checks
+
+
+def _guarded(run):
+    try:
+        return run()
+    except Exception as e:  # noqa: BLE001  (a reference that raises is a failed check)
+        return short_message(e)
+
+
+def summary(checks: Sequence[dict]) -> str:
+    """One line: how many image checks passed, and how many of those by tie order."""
+    passed = [c for c in checks if c["verdict"] in PASSING]
+    ties = [c for c in passed if c["verdict"] == TIE_ORDER]
+    return (f"{len(passed)} of {len(checks)} image checks passed"
+            + (f" ({len(ties)} with detections of equal scores in another order)"
+               if ties else ""))

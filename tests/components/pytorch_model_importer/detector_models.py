@@ -1,0 +1,35 @@
+"""A tiny detector with torchvision's detection interface, for the detection tests: a
+YOLO-style single-stage head (conv trunk, one prediction per cell) filtered by
+``torchvision.ops.batched_nms``; a list of ``[3, H, W]`` images in, one dict per
+image out (boxes in pixels, labels, scores)."""
+import torch
+import torchvision
+from torch import nn
+
+
+class TinyYolo(nn.Module):
+    def __init__(self, classes: int = 4, per_image: int = 6):
+        super().__init__()
+        self.per_image = per_image
+        self.detections_per_img = per_image
+        self.trunk = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.SiLU(),
+                                   nn.Conv2d(8, 16, 3, 2, 1), nn.SiLU())
+        self.pred = nn.Conv2d(16, 5 + classes, 1)
+
+    def forward(self, images):
+        out = []
+        for image in images:
+            p = self.pred(self.trunk(image[None]))[0]
+            h, w = p.shape[-2:]
+            ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+            p = p.flatten(1).T
+            cx = (xs.flatten() + torch.sigmoid(p[:, 0])) * 4
+            cy = (ys.flatten() + torch.sigmoid(p[:, 1])) * 4
+            bw = torch.exp(p[:, 2].clamp(max=3)) * 6
+            bh = torch.exp(p[:, 3].clamp(max=3)) * 6
+            boxes = torch.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], 1)
+            scores, labels = (torch.sigmoid(p[:, 4:5]) * torch.sigmoid(p[:, 5:])).max(1)
+            keep = torchvision.ops.batched_nms(boxes, scores, labels + 1, 0.5)[:self.per_image]
+            out.append({"boxes": boxes[keep], "labels": labels[keep] + 1,
+                        "scores": scores[keep]})
+        return out
