@@ -55,34 +55,19 @@ def log(msg: str) -> None:
 def export(name: str) -> str:
     """The model's ONNX file, exported once (opset 17, dynamic batch).
 
-    BatchNorm statistics and the biases torchvision initialises to zero are drawn at
-    random (seeded) first: the exporter folds BatchNorm into the convolutions, and
-    untrained values (mean 0, var 1, scale 1, shift 0, zero biases) give all-zero
-    biases, which Grappler removes, so no Conv2D + BiasAdd pattern would be left to
-    fuse where a trained model has one.
+    BatchNorm statistics and zero biases are drawn first
+    (``serving_models.trained_like``).
     """
     path = os.path.join(CACHE, "onnx", f"{name}.onnx")
     if os.path.exists(path):
         return path
+    import serving_models
     import torch
     import torchvision
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
     model = getattr(torchvision.models, name)(weights=None).eval()
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-                for tensor, low, high in ((module.running_mean, -0.1, 0.1),
-                                          (module.running_var, 0.5, 1.5),
-                                          (module.weight, 0.5, 1.5),
-                                          (module.bias, -0.1, 0.1)):
-                    tensor.copy_(torch.rand(tensor.shape, generator=generator)
-                                 * (high - low) + low)
-            elif isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)) and \
-                    module.bias is not None:
-                module.bias.copy_(torch.rand(module.bias.shape, generator=generator)
-                                  * 0.2 - 0.1)
+    serving_models.trained_like(model)
     tmp = path + ".part"
     with torch.no_grad():
         torch.onnx.export(model, torch.randn(1, 3, 224, 224), tmp, opset_version=17,

@@ -147,7 +147,33 @@ MODELS: Dict[str, BenchModel] = {
 }
 
 
+def trained_like(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Draws BatchNorm statistics and the biases torchvision initialises to zero at
+    random (seeded), in place.
+
+    Untrained values (mean 0, var 1, scale 1, shift 0, zero biases) fold into all-zero
+    convolution biases, which Grappler removes, so the Conv2D + BiasAdd pattern a
+    trained model has would not be there to fuse, and timings would not be a trained
+    model's.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.affine:
+                for tensor, low, high in ((module.running_mean, -0.1, 0.1),
+                                          (module.running_var, 0.5, 1.5),
+                                          (module.weight, 0.5, 1.5),
+                                          (module.bias, -0.1, 0.1)):
+                    tensor.copy_(torch.rand(tensor.shape, generator=generator)
+                                 * (high - low) + low)
+            elif isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Linear)) and \
+                    module.bias is not None:
+                module.bias.copy_(torch.rand(module.bias.shape, generator=generator)
+                                  * 0.2 - 0.1)
+    return model
+
+
 def build(name: str) -> nn.Module:
-    """Model ``name`` with seeded random weights, in eval mode."""
+    """Model ``name`` with seeded random weights (``trained_like``), in eval mode."""
     torch.manual_seed(0)
-    return MODELS[name].build().eval()
+    return trained_like(MODELS[name].build().eval())

@@ -55,12 +55,35 @@ def _conv_last(x, w, strides, dilations, pads=None):
     return y
 
 
+def _same_pads(size, kernel: int, stride: int, dilation: int):
+    """The [begin, end] pads TF's SAME padding applies along one axis of ``size``
+    (None where the size is not known at conversion and the stride makes it matter)."""
+    eff = (kernel - 1) * dilation + 1
+    if stride == 1:
+        total = eff - 1
+    elif size is None:
+        return None
+    else:
+        total = max((-(-size // stride) - 1) * stride + eff - size, 0)
+    return [total // 2, total - total // 2]
+
+
 def _depthwise_last(x, w, strides, dilations, pads=None):
     tf = _tf()
+    both = any(d > 1 for d in dilations) and any(s > 1 for s in strides)
+    run_strides = [1, 1] if both else strides
     # Explicit paddings on a strided DepthwiseConv2dNative abort the process in
-    # TF 2.16 (a CHECK in tensor_format.h), so depthwise pads stay a Pad.
-    x, padding = _padding(x, pads, explicit=False)
-    if any(d > 1 for d in dilations) and any(s > 1 for s in strides):
+    # TF 2.16 (a CHECK in tensor_format.h). Pads equal to what SAME pads are
+    # SAME (no copy of the input); other pads stay a Pad before a VALID kernel.
+    sizes = list(x.shape[1:3])
+    same = pads is not None and all(
+        list(p) == _same_pads(n, k, s, d) for p, n, k, s, d in
+        zip(pads, sizes, w.shape[:2], run_strides, dilations, strict=True))
+    if same:
+        padding = "SAME"
+    else:
+        x, padding = _padding(x, pads, explicit=False)
+    if both:
         y = tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], padding, dilations=dilations)
         return y[:, ::strides[0], ::strides[1], :]
     return tf.nn.depthwise_conv2d(x, w, [1, *strides, 1], padding, dilations=dilations)

@@ -263,3 +263,30 @@ def test_channel_last_conv1d_chain_matches_onnxruntime():
 def test_channel_last_dilated_strided_conv_explicit_pads_matches_onnxruntime():
     node, inits = _conv("a", "m", "wd", "bd", pads=2, dilations=[2, 2], strides=[1, 2])
     _check(_model([node], inits))
+
+
+@pytest.mark.parametrize("size,k,attrs,pads_left", [
+    ((6, 8), 3, {}, 0),
+    ((6, 8), 5, {"dilations": [2, 2]}, 0),
+    ((5, 7), 3, {"strides": [2, 2]}, 0),
+    ((6, 8), 3, {"strides": [2, 2]}, 1),
+    ((6, 8), 3, {"dilations": [2, 2], "strides": [2, 2]}, 0),
+], ids=["stride1", "dilated", "strided_odd", "strided_even", "dilated_strided"])
+def test_depthwise_conv_pads_same_where_equal_no_pad_op(size, k, attrs, pads_left):
+    pad = (k - 1) * attrs.get("dilations", [1])[0] // 2
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[k, k], group=C,
+                            pads=[pad] * 4, **attrs)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", C, *size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], "g", [x], [y], initializer=[_const("w", [C, 1, k, k])])
+    model = onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    converted = core.convert(model)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    xv = RNG.standard_normal((2, C, *size)).astype(np.float32)
+    np.testing.assert_allclose(converted.serve(tf.constant(xv))["y"].numpy(),
+                               session.run(None, {"x": xv})[0], rtol=1e-4, atol=1e-4)
+    ops = [n.op for n in converted.serve.graph.as_graph_def().node]
+    assert ops.count("Pad") + ops.count("PadV2") == pads_left
+    assert "DepthwiseConv2dNative" in ops
