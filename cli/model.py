@@ -156,7 +156,9 @@ def add_parser(sub) -> None:
     imp.add_argument("--torchscript", default=None, help="a TorchScript file")
     imp.add_argument("--state-dict", default=None,
                      help="a state_dict file (loaded with weights_only=True)")
-    imp.add_argument("--module-class", default=None, help="pkg.module:Class for --state-dict")
+    imp.add_argument("--module-class", default=None,
+                     help="pkg.module:Class for --state-dict; with --torchscript and --task "
+                     "detection, the module a scripted detector is rebuilt from")
     imp.add_argument("--module-kwargs", default=None, help="JSON constructor kwargs")
     imp.add_argument("--onnx", default=None, help="an ONNX file")
     imp.add_argument("--source-model", default=None,

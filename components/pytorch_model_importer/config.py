@@ -27,6 +27,7 @@ from tfx_bridge.components.pytorch_model_importer.export.stage import (
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
 from tfx_bridge.components.pytorch_model_importer.source import (
     SOURCE_STATE_DICT,
+    SOURCE_TORCHSCRIPT,
     SOURCES,
     ModelSource,
 )
@@ -51,7 +52,9 @@ class ImporterConfig(Config):
     source_kind: str = SOURCE_STATE_DICT
     # The model file; relative to the source model folder when one is given.
     source_path: Optional[str] = None
-    module_class: Optional[str] = None  # pkg.mod:Class, for state_dict sources
+    # pkg.mod:Class (or an allowed builder), for state_dict sources, and for a scripted
+    # detector's TorchScript file: the module it is rebuilt from for its export.
+    module_class: Optional[str] = None
     module_kwargs: Optional[dict] = None
     inputs: Tuple[str, ...] = ()  # name:dtype:shape[:lo..hi] per input, in order
     output_names: Tuple[str, ...] = ()
@@ -88,9 +91,16 @@ class ImporterConfig(Config):
                 or not 1 <= self.max_detections <= detection.MAX_DETECTIONS):
             problems.append(f"max_detections {self.max_detections!r}: use an integer from 1 "
                             f"to {detection.MAX_DETECTIONS}")
+        if self.module_class and self.source_kind not in (SOURCE_STATE_DICT, SOURCE_TORCHSCRIPT):
+            problems.append(f"module_class is for state_dict and TorchScript sources, not "
+                            f"{self.source_kind}")
         if self.task == detection.TASK_DETECTION:
             problems += self._detection_problems()
             return problems
+        if self.module_class and self.source_kind == SOURCE_TORCHSCRIPT:
+            problems.append("module_class with a TorchScript source names the module a "
+                            "scripted detector is rebuilt from (task='detection'); give "
+                            "other TorchScript files alone, or a state_dict with module_class")
         for declared, check in ((self.inputs, signature.parse_input_specs),
                                 (self.output_names, signature.check_output_names)):
             if declared:

@@ -27,7 +27,6 @@ stages, one module each:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -53,7 +52,7 @@ from tfx_bridge.components.pytorch_model_importer.export.stage import (
     rename_onnx_io,
     unused_rewrite,
 )
-from tfx_bridge.components.pytorch_model_importer.report import report_markdown
+from tfx_bridge.components.pytorch_model_importer.report import write_report
 from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
 from tfx_bridge.components.pytorch_model_importer.source import (
@@ -270,10 +269,7 @@ def _import_local(job: _Job, output_dir: str, shown_source: ModelSource,
                     "verify": round(verified - converted_at, 2)},
         "checks": [dataclasses.asdict(c) for c in checks],
     }
-    with open(os.path.join(output_dir, REPORT_JSON), "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2, sort_keys=True)
-    with open(os.path.join(output_dir, REPORT_MD), "w", encoding="utf-8") as f:
-        f.write(report_markdown(report))
+    write_report(output_dir, report)
     return ImportResult(blessed, report, serving_dir, shown_source, list(output_names))
 
 

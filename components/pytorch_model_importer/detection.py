@@ -152,8 +152,9 @@ def export_detector(module, path: str, opset: int,
                 for w in caught if issubclass(w.category, torch.jit.TracerWarning)}))
     except Exception as e:
         kind = ("a TorchScript graph (torch.jit.script) that torch's ONNX exporter cannot "
-                "export; hand over the state_dict with its builder, or the ONNX file "
-                "exported from the Python module"
+                "export; name the class or builder it was scripted from with "
+                "--module-class (and its --module-kwargs): it is rebuilt from the file's "
+                "weights for the export and checked against the scripted model"
                 if isinstance(module, torch.jit.ScriptModule) else
                 "torch's exporter refused the detector; export it yourself as torchvision "
                 "documents it and hand over the ONNX file, or fix the line named")
@@ -166,9 +167,10 @@ def export_detector(module, path: str, opset: int,
     return names
 
 
-def onnx_output_names(path: str) -> List[str]:
-    """An ONNX hand-over's outputs, checked to be torchvision's dict keys (a graph
-    exported as torchvision documents it names them so)."""
+def onnx_io(path: str) -> Tuple[str, List[str]]:
+    """An ONNX hand-over's image input and outputs, the outputs checked to be
+    torchvision's dict keys (a graph exported as torchvision documents it names them
+    so)."""
     from tfx_bridge.components.pytorch_model_importer.source import lazy_onnx
 
     model = lazy_onnx().load(path, load_external_data=False)
@@ -179,15 +181,7 @@ def onnx_output_names(path: str) -> List[str]:
             f"{path}: a detector's ONNX graph takes one image [3, H, W]; this one takes "
             f"{inputs}. Export with torch.onnx.export(model, ([image],), ...).")
     names = [o.name for o in model.graph.output]
-    return raw_output_names(names, f"{path}'s graph")
-
-
-def graph_input_name(path: str) -> str:
-    from tfx_bridge.components.pytorch_model_importer.source import lazy_onnx
-
-    model = lazy_onnx().load(path, load_external_data=False)
-    init = {t.name for t in model.graph.initializer}
-    return next(i.name for i in model.graph.input if i.name not in init)
+    return inputs[0], raw_output_names(names, f"{path}'s graph")
 
 
 def verification_images(spec: TensorSpec, batch: int, seed: int,

@@ -6,14 +6,13 @@ TFX imports.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 import time
 from typing import List, Optional, Sequence, Tuple
 
-from tfx_bridge.artifacts import layout, savedmodel
+from tfx_bridge.artifacts import savedmodel
 from tfx_bridge.artifacts.savedmodel import SERVING_SIGNATURE
 from tfx_bridge.components.pytorch_model_importer import (
     detection,
@@ -23,12 +22,14 @@ from tfx_bridge.components.pytorch_model_importer import (
     to_tf,
 )
 from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
-from tfx_bridge.components.pytorch_model_importer.report import report_markdown
+from tfx_bridge.components.pytorch_model_importer.report import write_report
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
 from tfx_bridge.components.pytorch_model_importer.source import (
     SOURCE_ONNX,
+    SOURCE_TORCHSCRIPT,
     ModelSource,
     load_torch_module,
+    rebuilt_from_script,
 )
 from tfx_bridge.components.pytorch_model_importer.verify import (
     DEFAULT_ATOL,
@@ -37,8 +38,6 @@ from tfx_bridge.components.pytorch_model_importer.verify import (
 from tfx_bridge.storage import fs
 
 SERVING_DIR = savedmodel.SERVING_DIR
-REPORT_JSON = layout.REPORT_JSON
-REPORT_MD = layout.REPORT_MD
 
 
 def import_detector(job, output_dir: str, shown_source: ModelSource,
@@ -58,17 +57,22 @@ def import_detector(job, output_dir: str, shown_source: ModelSource,
     atol = detection_verify.DEFAULT_ATOL if job.atol == DEFAULT_ATOL else job.atol
     start = time.perf_counter()
     module = load_torch_module(source) if source.kind != SOURCE_ONNX else None
-    types = rewrite.module_types(module) if module is not None else {}
+    # A scripted detector's graph does not export (torch's exporter refuses
+    # torchvision's scripted classes): the module it was made from is exported, and
+    # the scripted one stays the reference it is checked against.
+    rebuilt = source.kind == SOURCE_TORCHSCRIPT and bool(source.module_class)
+    exported_from = rebuilt_from_script(source, module) if rebuilt else module
+    types = rewrite.module_types(exported_from) if module is not None else {}
     with tempfile.TemporaryDirectory(prefix="tfx-bridge-import-") as work:
         onnx_path = os.path.join(work, "model.onnx")
         traced: List[str] = []
         if module is not None:
-            raw_names = detection.export_detector(module, onnx_path, job.opset, traced)
+            raw_names = detection.export_detector(exported_from, onnx_path, job.opset, traced)
+            raw_input = detection.RAW_INPUT
         else:
-            raw_names = detection.onnx_output_names(source.path)
+            raw_input, raw_names = detection.onnx_io(source.path)
             shutil.copyfile(source.path, onnx_path)
-        k, k_from = detection.detections_per_image(module, job.max_detections)
-        raw_input = detection.graph_input_name(onnx_path)
+        k, k_from = detection.detections_per_image(exported_from, job.max_detections)
         to_convert = os.path.join(work, "model_to_convert.onnx")
         shutil.copyfile(onnx_path, to_convert)
         if job.tamper_onnx is not None:
@@ -103,7 +107,10 @@ def import_detector(job, output_dir: str, shown_source: ModelSource,
         "source": {"kind": source.kind,
                    "path": shown_source.path if fs.is_remote(shown_source.path)
                    else os.path.abspath(shown_source.path),
-                   "module_class": source.module_class},
+                   "module_class": source.module_class,
+                   # The TorchScript file's scripted module, rebuilt as module_class
+                   # for the export; the checks' torch reference is the scripted one.
+                   "rebuilt_from_torchscript": rebuilt},
         "opset": job.opset if module is not None else None,
         "inputs": [spec.to_text()],
         "model_inputs": [f"{raw_input}:float32:3,-1,-1"],
@@ -147,10 +154,7 @@ def import_detector(job, output_dir: str, shown_source: ModelSource,
                     "verify": round(verified - converted_at, 2)},
         "checks": checks,
     }
-    with open(os.path.join(output_dir, REPORT_JSON), "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2, sort_keys=True)
-    with open(os.path.join(output_dir, REPORT_MD), "w", encoding="utf-8") as f:
-        f.write(report_markdown(report))
+    write_report(output_dir, report)
     return blessed, report, serving_dir, outputs
 
 

@@ -21,16 +21,13 @@ imports.
 """
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tfx_bridge import child
 from tfx_bridge.components.pytorch_model_importer import detection
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
+from tfx_bridge.components.pytorch_model_importer.verify import run_fresh
 from tfx_bridge.errors import short_message
 
 DEFAULT_BATCH_SIZES = (1, 3, 8)
@@ -177,29 +174,17 @@ def run_ort(onnx_path: str, images: np.ndarray, raw_names: Sequence[str], sessio
 
 def serve_fresh(saved_model_dir: str, spec: TensorSpec, images: Sequence[np.ndarray],
                 outputs: Sequence[str]) -> List[object]:
-    """serving_default on each batch in a process with oneDNN off: per batch, the
-    outputs by name, or the error's text."""
-    with tempfile.TemporaryDirectory(prefix="tfx-bridge-detect-") as work:
-        request, answer = os.path.join(work, "request.npz"), os.path.join(work, "answer.npz")
-        np.savez(request, **{str(i): b for i, b in enumerate(images)})
-        args = json.dumps({"input": spec.name, "outputs": list(outputs),
-                           "batches": len(images)})
-        try:
-            result = child.run_python(["-m", CHILD_MODULE, saved_model_dir, request, answer,
-                                       args], CHILD_MARKER, timeout=TIMEOUT_S,
-                                      env=child.SERVING_CPU_ENV, warm=True)
-        except Exception as e:  # noqa: BLE001  (a timeout is a failed check, not a crash)
-            return [f"the fresh-process check did not finish: {short_message(e)}"] * len(images)
-        if result.payload is None:
-            return [f"loading the SavedModel in a fresh process failed (exit "
-                    f"{result.returncode}): {result.stderr_tail}"] * len(images)
-        found: List[object] = []
-        with np.load(answer) as data:
-            for i in range(len(images)):
-                error = result.payload["errors"].get(str(i))
-                found.append(error if error else
-                             {n: data[f"{i}::{n}"] for n in outputs})
-        return found
+    """serving_default on each batch in a fresh process (``verify.run_fresh``): per batch,
+    the outputs by name, or the error's text."""
+    answer = run_fresh(CHILD_MODULE, CHILD_MARKER, saved_model_dir,
+                       {str(i): b for i, b in enumerate(images)},
+                       {"input": spec.name, "outputs": list(outputs), "batches": len(images)},
+                       timeout=TIMEOUT_S)
+    if isinstance(answer, str):
+        return [answer] * len(images)
+    payload, arrays = answer
+    return [payload["errors"].get(str(i)) or {n: arrays[f"{i}::{n}"] for n in outputs}
+            for i in range(len(images))]
 
 
 def verify(saved_model_dir: str, onnx_path: str, spec: TensorSpec, raw_names: Sequence[str],

@@ -1,7 +1,11 @@
-"""Import stage 6: the report's Markdown form (report.json is written by convert.py)."""
+"""Import stage 6: the report, written as report.json and its Markdown form report.md."""
 from __future__ import annotations
 
+import json
 from typing import Optional, Sequence
+
+from tfx_bridge.artifacts import layout
+from tfx_bridge.storage import fs
 
 
 def _num(value, fmt: str = ".3g") -> str:
@@ -122,3 +126,10 @@ def report_markdown(report: dict) -> str:
         *(["## Likely cause", "", likely_cause(report), ""] if likely_cause(report) else []),
         "## Checks", "",
         check_table(report["checks"]), ""])
+
+
+def write_report(output_dir: str, report: dict) -> None:
+    """report.json and report.md in the output folder."""
+    fs.write_text(fs.join(output_dir, layout.REPORT_JSON),
+                  json.dumps(report, indent=2, sort_keys=True))
+    fs.write_text(fs.join(output_dir, layout.REPORT_MD), report_markdown(report))

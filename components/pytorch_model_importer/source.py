@@ -61,9 +61,9 @@ class ModelSource:
             raise ImporterConfigError(
                 "A state_dict source needs --module-class pkg.module:ClassName (and "
                 "--module-kwargs JSON for its constructor).")
-        if self.kind != SOURCE_STATE_DICT and self.module_class:
+        if self.kind == SOURCE_ONNX and self.module_class:
             raise ImporterConfigError(
-                f"--module-class is only for state_dict sources, not {self.kind}.")
+                "--module-class is for state_dict and TorchScript sources, not onnx.")
         if fs.isdir(self.path):
             raise ModelSourceError(
                 f"{self.path} is a folder; give the model file inside it (e.g. "
@@ -74,7 +74,8 @@ class ModelSource:
 
 
 def load_torch_module(source: ModelSource):
-    """The torch module of a TorchScript or state_dict source, in eval mode."""
+    """The torch module of a TorchScript or state_dict source, in eval mode (a TorchScript
+    source's own module, even when it names a class: see :func:`rebuilt_from_script`)."""
     torch = lazy_torch()
     if source.kind == SOURCE_TORCHSCRIPT:
         try:
@@ -84,17 +85,56 @@ def load_torch_module(source: ModelSource):
                 f"{source.path}: not a TorchScript file ({type(e).__name__}: {e}). Save it with "
                 "torch.jit.script(model).save(path) or torch.jit.trace, or give --state-dict "
                 "with --module-class.") from e
-    try:
-        cls = torch_model.import_module_class(source.module_class)
-    except torch_model.TorchModelError as e:
-        raise ImporterConfigError(f"--module-class: {e}") from e
-    try:
-        module = torch_model.build_module(cls, source.module_kwargs or {},
-                                          f"{source.module_class}(**{source.module_kwargs})")
-    except TypeError as e:
-        raise ImporterConfigError(
-            f"{source.module_class}(**{source.module_kwargs}) failed: {e}. Fix "
-            "--module-kwargs.") from e
+    return _built(source, _read_state_dict(source))
+
+
+def rebuilt_from_script(source: ModelSource, scripted):
+    """The Python module ``source.module_class(**module_kwargs)`` holding the weights of
+    ``scripted`` (a TorchScript source's module), in eval mode: the module a scripted
+    model was made from, for an export its scripted graph does not allow.
+
+    Raises ModelSourceError when the weights do not fit, or when a setting both modules
+    hold (a plain number, flag, string or tuple attribute, e.g. a detector's
+    ``roi_heads.detections_per_img`` or ``transform.min_size``) differs: the keyword
+    arguments are not the ones the scripted model was built with.
+    """
+    module = _built(source, dict(scripted.state_dict()))
+    differ = []
+    scripted_parts = dict(scripted.named_modules())
+    for path, part in module.named_modules():
+        other = scripted_parts.get(path)
+        if other is None:
+            continue
+        for name, value in vars(part).items():
+            if name.startswith("_") or name == "training" or not _plain(value) \
+                    or not hasattr(other, name):
+                continue
+            theirs = getattr(other, name)
+            if _plain(theirs) and _as_plain(theirs) != _as_plain(value):
+                differ.append(f"{path + '.' if path else ''}{name}: scripted {theirs!r}, "
+                              f"rebuilt {value!r}")
+    if differ:
+        raise ModelSourceError(
+            f"{source.path} was not built as {source.module_class}(**"
+            f"{source.module_kwargs or {}}): {'; '.join(differ[:5])}"
+            + (f"; and {len(differ) - 5} more" if len(differ) > 5 else "")
+            + ". Pass the --module-kwargs the scripted model was built with.")
+    return module
+
+
+def _plain(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(isinstance(v, (bool, int, float, str)) for v in value)
+    return isinstance(value, (bool, int, float, str))
+
+
+def _as_plain(value):
+    return [float(v) if isinstance(v, (int, float)) else v for v in value] \
+        if isinstance(value, (list, tuple)) else value
+
+
+def _read_state_dict(source: ModelSource) -> dict:
+    torch = lazy_torch()
     try:
         state = torch.load(source.path, map_location="cpu", weights_only=True)
     except Exception as e:
@@ -117,6 +157,22 @@ def load_torch_module(source: ModelSource):
             f"{source.path}: holds a {type(state).__name__}, not a state_dict (a dict of "
             "tensors). A TorchScript file goes with --torchscript; otherwise save with "
             "torch.save(model.state_dict(), path).")
+    return state
+
+
+def _built(source: ModelSource, state: dict):
+    """``source.module_class(**module_kwargs)`` with ``state`` loaded, in eval mode."""
+    try:
+        cls = torch_model.import_module_class(source.module_class)
+    except torch_model.TorchModelError as e:
+        raise ImporterConfigError(f"--module-class: {e}") from e
+    try:
+        module = torch_model.build_module(cls, source.module_kwargs or {},
+                                          f"{source.module_class}(**{source.module_kwargs})")
+    except TypeError as e:
+        raise ImporterConfigError(
+            f"{source.module_class}(**{source.module_kwargs}) failed: {e}. Fix "
+            "--module-kwargs.") from e
     try:
         missing, unexpected = module.load_state_dict(state, strict=False)
     except RuntimeError as e:  # shapes that do not fit: constructor kwargs differ

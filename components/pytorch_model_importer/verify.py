@@ -125,36 +125,46 @@ def _failed(batch: int, names: Sequence[str], reference: str, dtypes: Sequence[s
             for name, dtype in zip(names, dtypes, strict=True)]
 
 
+def run_fresh(module: str, marker: str, saved_model_dir: str,
+              request: Dict[str, np.ndarray], spec: dict, timeout: int = VERIFY_TIMEOUT_S):
+    """``python -m module`` on the SavedModel in a separate process with oneDNN off (a
+    warm worker, see the module docstring), given ``request`` (written as npz) and
+    ``spec`` (JSON). Returns ``(payload, answer arrays)``, or the text of why the child
+    gave no answer."""
+    with tempfile.TemporaryDirectory(prefix="tfx-bridge-verify-") as work:
+        request_path = os.path.join(work, "request.npz")
+        answer = os.path.join(work, "answer.npz")
+        np.savez(request_path, **request)
+        try:
+            result = child.run_python(["-m", module, saved_model_dir, request_path, answer,
+                                       json.dumps(spec)], marker, timeout=timeout,
+                                      env=child.SERVING_CPU_ENV, warm=True)
+        except Exception as e:  # noqa: BLE001  (a timeout is a failed check, not a crash)
+            return f"the fresh-process check did not finish: {short_message(e)}"
+        if result.payload is None:
+            return (f"loading the SavedModel in a fresh process failed (exit "
+                    f"{result.returncode}): {result.stderr_tail}")
+        with np.load(answer) as data:
+            return result.payload, {key: data[key] for key in data.files}
+
+
 def serve_fresh(saved_model_dir: str, feeds_by_batch: Dict[int, Dict[str, np.ndarray]],
                 inputs: Sequence[TensorSpec], output_names: Sequence[str],
                 via_batch: Optional[int]) -> Dict[str, object]:
-    """``serving_default`` (and, at ``via_batch``, ``serving_tf_example``) run in a separate
-    process with oneDNN off (a warm worker, see the module docstring).
-    Returns ``{str(batch) | "via": [outputs] | error text}``."""
-    with tempfile.TemporaryDirectory(prefix="tfx-bridge-verify-") as work:
-        request = os.path.join(work, "request.npz")
-        answer = os.path.join(work, "answer.npz")
-        np.savez(request, **{f"{b}::{name}": value for b, feeds in feeds_by_batch.items()
-                             for name, value in feeds.items()})
-        spec = json.dumps({"inputs": [s.to_text() for s in inputs],
-                           "outputs": list(output_names), "batches": list(feeds_by_batch),
-                           "via_batch": via_batch})
-        try:
-            result = child.run_python(["-m", CHILD_MODULE, saved_model_dir, request, answer,
-                                       spec], CHILD_MARKER, timeout=VERIFY_TIMEOUT_S,
-                                      env=child.SERVING_CPU_ENV, warm=True)
-        except Exception as e:  # noqa: BLE001  (a timeout is a failed check, not a crash)
-            return {key: f"the fresh-process check did not finish: {short_message(e)}"
-                    for key in [*map(str, feeds_by_batch), "via"]}
-        if result.payload is None:
-            why = (f"loading the SavedModel in a fresh process failed (exit "
-                   f"{result.returncode}): {result.stderr_tail}")
-            return {key: why for key in [*map(str, feeds_by_batch), "via"]}
-        out: Dict[str, object] = dict(result.payload["errors"])
-        with np.load(answer) as data:
-            for key in result.payload["done"]:
-                out[key] = [data[f"{key}::{name}"] for name in output_names]
-        return out
+    """``serving_default`` (and, at ``via_batch``, ``serving_tf_example``) run in a fresh
+    process (``run_fresh``). Returns ``{str(batch) | "via": [outputs] | error text}``."""
+    request = {f"{b}::{name}": value for b, feeds in feeds_by_batch.items()
+               for name, value in feeds.items()}
+    spec = {"inputs": [s.to_text() for s in inputs], "outputs": list(output_names),
+            "batches": list(feeds_by_batch), "via_batch": via_batch}
+    answer = run_fresh(CHILD_MODULE, CHILD_MARKER, saved_model_dir, request, spec)
+    if isinstance(answer, str):
+        return {key: answer for key in [*map(str, feeds_by_batch), "via"]}
+    payload, arrays = answer
+    out: Dict[str, object] = dict(payload["errors"])
+    for key in payload["done"]:
+        out[key] = [arrays[f"{key}::{name}"] for name in output_names]
+    return out
 
 
 def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],

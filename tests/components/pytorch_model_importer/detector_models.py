@@ -1,7 +1,10 @@
 """A tiny detector with torchvision's detection interface, for the detection tests: a
 YOLO-style single-stage head (conv trunk, one prediction per cell) filtered by
 ``torchvision.ops.batched_nms``; a list of ``[3, H, W]`` images in, one dict per
-image out (boxes in pixels, labels, scores)."""
+image out (boxes in pixels, labels, scores). Scriptable (``torch.jit.script``), as
+torchvision's detectors are."""
+from typing import Dict, List
+
 import torch
 import torchvision
 from torch import nn
@@ -16,11 +19,11 @@ class TinyYolo(nn.Module):
                                    nn.Conv2d(8, 16, 3, 2, 1), nn.SiLU())
         self.pred = nn.Conv2d(16, 5 + classes, 1)
 
-    def forward(self, images):
-        out = []
+    def forward(self, images: List[torch.Tensor]) -> List[Dict[str, torch.Tensor]]:
+        out: List[Dict[str, torch.Tensor]] = []
         for image in images:
             p = self.pred(self.trunk(image[None]))[0]
-            h, w = p.shape[-2:]
+            h, w = p.shape[-2], p.shape[-1]
             ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
             p = p.flatten(1).T
             cx = (xs.flatten() + torch.sigmoid(p[:, 0])) * 4
@@ -29,7 +32,22 @@ class TinyYolo(nn.Module):
             bh = torch.exp(p[:, 3].clamp(max=3)) * 6
             boxes = torch.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], 1)
             scores, labels = (torch.sigmoid(p[:, 4:5]) * torch.sigmoid(p[:, 5:])).max(1)
-            keep = torchvision.ops.batched_nms(boxes, scores, labels + 1, 0.5)[:self.per_image]
+            keep = self.nms(boxes, scores, labels)[:self.per_image]
             out.append({"boxes": boxes[keep], "labels": labels[keep] + 1,
                         "scores": scores[keep]})
         return out
+
+    def nms(self, boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor
+            ) -> torch.Tensor:
+        return torchvision.ops.batched_nms(boxes, scores, labels + 1, 0.5)
+
+
+class TinyYoloOffsetNms(TinyYolo):
+    """TinyYolo with per-class NMS written as one ``nms`` over boxes shifted apart by
+    class: scripted, its graph exports (a scripted ``batched_nms`` keeps a data-dependent
+    branch whose scalar type torch's ONNX exporter cannot infer)."""
+
+    def nms(self, boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor
+            ) -> torch.Tensor:
+        shift = labels.to(boxes.dtype)[:, None] * (boxes.max() + 1)
+        return torchvision.ops.nms(boxes + shift, scores, 0.5)

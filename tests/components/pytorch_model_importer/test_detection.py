@@ -10,23 +10,54 @@ import pytest
 
 from tfx_bridge.components.pytorch_model_importer import convert, detection, detection_verify
 from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
-from tfx_bridge.components.pytorch_model_importer.errors import ImporterConfigError
+from tfx_bridge.components.pytorch_model_importer.errors import (
+    ImporterConfigError,
+    ModelSourceError,
+)
 from tfx_bridge.torch import class_path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE = "detector_models:TinyYolo"
 
 
+# A batch of 3 images through a SavedModel's serving_default in a fresh process with
+# oneDNN off (stock TF Serving's CPU kernels): each output's shape and dtype.
+_SERVE_3 = (
+    "import os, sys, json, numpy as np\n"
+    "os.environ['TF_ENABLE_ONEDNN_OPTS'] = '0'\n"
+    "import tensorflow as tf\n"
+    "m = tf.saved_model.load(sys.argv[1])\n"
+    "images = np.random.default_rng(0).integers(0, 256, (3, 50, 70, 3)).astype(np.uint8)\n"
+    "out = m.signatures['serving_default'](images=tf.constant(images))\n"
+    "raw = m.signatures['serving_torchvision'](image=tf.constant("
+    "images[0].transpose(2, 0, 1).astype(np.float32) / 255))\n"
+    "print(json.dumps({k: [list(v.shape), v.dtype.name] for k, v in out.items()}"
+    " | {'raw': sorted(raw)}))\n")
+
+
+def _served_shapes(saved_model_dir: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", _SERVE_3, saved_model_dir],
+                          capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture()
-def tiny_state_dict(tmp_path, monkeypatch):
+def tiny_detector(monkeypatch):
     import torch
 
     monkeypatch.syspath_prepend(HERE)
     from detector_models import TinyYolo
 
     torch.manual_seed(0)
+    return TinyYolo().eval()
+
+
+@pytest.fixture()
+def tiny_state_dict(tiny_detector, tmp_path):
+    import torch
+
     path = tmp_path / "yolo.pt"
-    torch.save(TinyYolo().state_dict(), path)
+    torch.save(tiny_detector.state_dict(), path)
     return str(path)
 
 
@@ -39,26 +70,101 @@ def test_import_detector_state_dict_od_api_signature_blessed(tiny_state_dict, tm
     assert report["detection"]["detections_per_image"] == 6
     assert {c["reference"] for c in report["checks"]} == {"torch", "onnxruntime"}
     assert sorted({c["batch"] for c in report["checks"]}) == [1, 3, 8]
-    # A fresh process, oneDNN off: a batch of 3 images through serving_default.
-    script = (
-        "import os, sys, json, numpy as np\n"
-        "os.environ['TF_ENABLE_ONEDNN_OPTS'] = '0'\n"
-        "import tensorflow as tf\n"
-        "m = tf.saved_model.load(sys.argv[1])\n"
-        "images = np.random.default_rng(0).integers(0, 256, (3, 50, 70, 3)).astype(np.uint8)\n"
-        "out = m.signatures['serving_default'](images=tf.constant(images))\n"
-        "raw = m.signatures['serving_torchvision'](image=tf.constant("
-        "images[0].transpose(2, 0, 1).astype(np.float32) / 255))\n"
-        "print(json.dumps({k: [list(v.shape), v.dtype.name] for k, v in out.items()}"
-        " | {'raw': sorted(raw)}))\n")
-    proc = subprocess.run([sys.executable, "-c", script, result.serving_dir],
-                          capture_output=True, text=True, timeout=300, check=True)
-    shapes = json.loads(proc.stdout.strip().splitlines()[-1])
+    shapes = _served_shapes(result.serving_dir)
     assert shapes["detection_boxes"] == [[3, 6, 4], "float32"]
     assert shapes["detection_scores"] == [[3, 6], "float32"]
     assert shapes["detection_classes"] == [[3, 6], "float32"]
     assert shapes["num_detections"] == [[3], "float32"]
     assert shapes["raw"] == ["boxes", "labels", "scores"]
+
+
+def test_import_detector_onnx_as_documented_pushed_answers_batch_of_3(tiny_detector,
+                                                                       tmp_path):
+    import torch
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from tfx_bridge.components.serving_pusher import base_layout, serving
+    from tfx_bridge.components.serving_pusher.config import PusherConfig
+
+    # Exported as torchvision documents it: one [3, H, W] image in, dynamic counts.
+    path = str(tmp_path / "yolo.onnx")
+    names = ["boxes", "labels", "scores"]
+    with torch.no_grad():
+        torch.onnx.export(tiny_detector, ([torch.rand(3, 64, 80)],), path, opset_version=17,
+                          input_names=["image"], output_names=names,
+                          dynamic_axes={"image": {1: "height", 2: "width"},
+                                        **{n: {0: "detections"} for n in names}})
+    config = ImporterConfig(source_kind="onnx", source_path=path, max_detections=6,
+                            task=detection.TASK_DETECTION)
+    out = str(tmp_path / "model")
+    result = convert.import_model(config, out)
+    assert result.blessed, result.report["summary"]
+    assert {c["reference"] for c in result.report["checks"]} == {"onnxruntime"}
+    assert result.report["detection"]["detections_per_image_from"] == "max_detections"
+    base = str(tmp_path / "serving")
+    pushed = serving.push_model(PusherConfig(base, "detector", warmup_records=3), out)
+    assert pushed.pushed and pushed.version == 1, pushed.summary()
+    version_dir = os.path.join(base, "detector", "1")
+    warmup = os.path.join(version_dir, base_layout.WARMUP_DIR, base_layout.WARMUP_FILE)
+    import tensorflow as tf
+
+    logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy())
+            for r in tf.data.TFRecordDataset(warmup)]
+    assert len(logs) == 3 and set(logs[0].predict_log.request.inputs) == {"images"}
+    assert pushed.details["warmup"]["requests"] == 3  # replayed through the loaded model
+    assert os.path.exists(os.path.join(base, base_layout.MODELS_CONFIG))
+    assert os.path.exists(os.path.join(base, base_layout.BATCHING_FILE))
+    shapes = _served_shapes(version_dir)
+    assert shapes["detection_boxes"] == [[3, 6, 4], "float32"]
+    assert shapes["num_detections"] == [[3], "float32"]
+
+
+def test_import_detector_torchscript_rebuilt_from_module_class_blessed(tiny_detector,
+                                                                       tmp_path):
+    import torch
+
+    path = str(tmp_path / "yolo.torchscript")
+    torch.jit.script(tiny_detector).save(path)
+    config = ImporterConfig(source_kind="torchscript", source_path=path, module_class=MODULE,
+                            task=detection.TASK_DETECTION)
+    result = convert.import_model(config, str(tmp_path / "out"), batch_sizes=(3,))
+    assert result.blessed, result.report["summary"]
+    assert result.report["source"]["rebuilt_from_torchscript"] is True
+    assert {c["reference"] for c in result.report["checks"]} == {"torch", "onnxruntime"}
+
+
+def test_import_detector_torchscript_other_kwargs_refused_naming_setting(tiny_detector,
+                                                                         tmp_path):
+    import torch
+
+    path = str(tmp_path / "yolo.torchscript")
+    torch.jit.script(tiny_detector).save(path)
+    config = ImporterConfig(source_kind="torchscript", source_path=path, module_class=MODULE,
+                            module_kwargs={"per_image": 4}, task=detection.TASK_DETECTION)
+    with pytest.raises(ModelSourceError, match=r"per_image: scripted 6, rebuilt 4.*"
+                                               r"--module-kwargs"):
+        convert.import_model(config, str(tmp_path / "out"))
+
+
+def test_import_detector_scripted_graph_without_class_refused_naming_fix(tiny_detector,
+                                                                         tmp_path):
+    import torch
+
+    path = str(tmp_path / "yolo.torchscript")
+    torch.jit.script(tiny_detector).save(path)
+    config = ImporterConfig(source_kind="torchscript", source_path=path,
+                            task=detection.TASK_DETECTION)
+    with pytest.raises(ModelSourceError, match=r"torch.jit.script.*--module-class"):
+        convert.import_model(config, str(tmp_path / "out"))
+
+
+def test_importer_config_torchscript_module_class_only_for_detection():
+    with pytest.raises(ImporterConfigError, match="scripted detector is rebuilt from"):
+        ImporterConfig(source_kind="torchscript", source_path="/m/m.pt", module_class=MODULE,
+                       inputs=("x:float32:-1,4",), output_names=("y",))
+    with pytest.raises(ImporterConfigError, match="not onnx"):
+        ImporterConfig(source_kind="onnx", source_path="/m/m.onnx", module_class=MODULE,
+                       task=detection.TASK_DETECTION)
 
 
 def test_detection_compare_swapped_tie_tie_order_verdict():
