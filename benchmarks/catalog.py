@@ -18,6 +18,8 @@ Four families, every model built offline with seeded random weights:
   returning the last hidden state.
 - ``transformers_media``: the vision, audio and dual-encoder architectures
   the text family leaves out (``catalog_media.py``).
+- ``detection``: torchvision's detectors and a YOLO-style head, imported with
+  ``task="detection"`` (``catalog_detection.py``).
 - ``torch_nn``: recommender and sequence nets written with torch.nn
   (EmbeddingBag, PReLU, einsum attention, scatter_add/index_add, cumsum,
   torch.where, ConvTranspose2d, GroupNorm + depthwise-separable convs,
@@ -40,8 +42,10 @@ from __future__ import annotations
 import os
 from typing import Callable, List, Optional, Sequence
 
+import catalog_detection
 import torch
 from catalog_base import SEED, SEQ_LEN, Built, Excluded, NotBuilt, Skipped  # noqa: F401
+from catalog_detection import YoloStyleHead  # noqa: F401 (re-exported: catalog:Class)
 from catalog_media import (  # noqa: F401 (re-exported: catalog:Class hand-overs)
     TransformersMediaModel,
     build_media,
@@ -83,7 +87,7 @@ from catalog_transformers import (  # noqa: F401 (re-exported)
 )
 from torch import nn
 
-FAMILIES = ("torchvision", "transformers", "transformers_media", "torch_nn")
+FAMILIES = ("torchvision", "transformers", "transformers_media", "torch_nn", "detection")
 FORMS = ("state_dict", "torchscript", "onnx")
 SIZES = (32, 64, 96, 128, 160, 224, 299)
 MAX_PARAMS = 100_000_000
@@ -294,6 +298,8 @@ def names(family: str) -> List[str]:
         return media_names()
     if family == "torch_nn":
         return list(TORCH_NN)
+    if family == "detection":
+        return list(catalog_detection.DETECTORS)
     raise ValueError(f"unknown family {family!r}: use one of {FAMILIES}")
 
 
@@ -305,6 +311,8 @@ def build(family: str, name: str, size: Optional[int] = None) -> Built:
         return build_transformers(name)
     if family == "transformers_media":
         return build_media(name)
+    if family == "detection":
+        return catalog_detection.build(name)
     return build_torch_nn(name)
 
 

@@ -108,6 +108,8 @@ def catalog_child(task: dict) -> None:
     except Exception as e:  # noqa: BLE001 (a builder that breaks is not a converter failure)
         return done(status="not_built", form="-", converter_requested="-",
                     message=f"{type(e).__name__}: {short_message(e)[:300]}")
+    if task["family"] == "detection":
+        return _detection_child(task, built, row, done)
     specs = signature.parse_input_specs(built.inputs)
     row.update(input_size=built.input_size, inputs=built.inputs, outputs=built.outputs,
                params=built.params, module_class=built.module_class,
@@ -216,6 +218,32 @@ def catalog_child(task: dict) -> None:
          seconds=report.get("seconds"), max_abs_error=report.get("max_abs_error"),
          errors=errors, message=message,
          op=first["op"] if first else op_node(message or "")[0])
+
+
+def _detection_child(task: dict, built, row: dict, done) -> None:
+    """A detector's row: handed over, imported with task="detection", checked image by
+    image (catalog_detection.py)."""
+    import catalog_detection
+
+    row.update(params=built.params, module_class=built.module_class,
+               module_kwargs=built.module_kwargs)
+    with tempfile.TemporaryDirectory(prefix="catalog-") as tmp:
+        try:
+            source = catalog_detection.hand_over(built, task["form"], tmp, task["model"])
+        except Exception as e:  # noqa: BLE001 (the user's own export/script fails)
+            return done(status="handover_failed",
+                        message=f"{type(e).__name__}: {short_message(e)[:400]}")
+        try:
+            fields = catalog_detection.import_row(built, source, tmp)
+        except ImporterError as e:
+            message = short_message(e)
+            op, node = op_node(message)
+            return done(status="refused", error_type=type(e).__name__,
+                        message=message[:1500], op=op, node=node)
+        except Exception as e:  # noqa: BLE001 (an importer bug: recorded, not fatal)
+            return done(status="error", error_type=type(e).__name__,
+                        message=f"{type(e).__name__}: {short_message(e)[:1500]}")
+    done(**fields)
 
 
 def _catalog_tasks(args) -> list:

@@ -9,7 +9,8 @@ import json
 import os
 import re
 
-CATALOG_FAMILIES = ("torchvision", "transformers", "transformers_media", "torch_nn")
+CATALOG_FAMILIES = ("torchvision", "transformers", "transformers_media", "torch_nn",
+                    "detection")
 CATALOG_FORMS = ("state_dict", "torchscript", "onnx")
 # Rows about the model itself, not one conversion.
 MODEL_LEVEL = ("skipped", "not_built", "excluded")

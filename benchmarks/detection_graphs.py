@@ -4,12 +4,8 @@ labels, scores, and masks or keypoints out, counts dynamic), converted by our
 converter alone (``tfx_bridge.onnx_tf``) and run with oneDNN off against
 onnxruntime on the same file, on images of two sizes and different content.
 
-Models are built with ``weights=None`` and ``weights_backbone=None``, a small
-``min_size``/``max_size`` and a score threshold of 0, so random weights still give
-boxes. BatchNorm statistics are set from the activations each layer sees on random
-images (one pass, each layer before it normalises), as the classification
-catalog's are: a random backbone otherwise collapses its features to zero and
-every box scores the same, leaving the order to ties.
+Models are catalog_detection.py's (``weights=None``, small sizes, score threshold
+0, BatchNorm statistics calibrated on random images).
 
 Per model: whether it exported and converted, the detection count and labels
 (exact), the largest box and score differences, and whether equal scores (within
@@ -29,99 +25,20 @@ import tempfile
 import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
+
+import catalog_detection  # noqa: E402
+from catalog_detection import DETECTORS  # noqa: E402
+
 OUT = os.path.join(BENCH_DIR, "results", "detection_graphs.jsonl")
-DETECTORS = ("fasterrcnn_resnet50_fpn", "fasterrcnn_resnet50_fpn_v2",
-             "fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_mobilenet_v3_large_320_fpn",
-             "retinanet_resnet50_fpn", "retinanet_resnet50_fpn_v2", "fcos_resnet50_fpn",
-             "ssd300_vgg16", "ssdlite320_mobilenet_v3_large", "maskrcnn_resnet50_fpn",
-             "maskrcnn_resnet50_fpn_v2", "keypointrcnn_resnet50_fpn", "yolo_style_head")
 IMAGES = ((1, 120, 150), (2, 97, 131))  # (seed, height, width)
-PER_IMAGE = 20
 TIMEOUT_S = 1200
 # Scores this close may come out of two float32 computations in either order.
 TIE_ATOL = 1e-4
 
 
 def build(name: str):
-    import torch
-    import torchvision
-
-    torch.manual_seed(0)
-    if name == "yolo_style_head":
-        return YoloStyleHead().eval()
-    kw = dict(weights=None, weights_backbone=None)
-    if name.startswith(("retinanet", "fcos", "ssd")):
-        kw.update(score_thresh=0.0, detections_per_img=PER_IMAGE)
-    else:
-        kw.update(box_score_thresh=0.0, box_detections_per_img=PER_IMAGE)
-    if not name.startswith("ssd"):
-        kw.update(min_size=128, max_size=160)
-    model = torchvision.models.get_model_builder(name)(**kw).eval()
-    calibrate(model, [torch.rand(3, 120, 150, generator=torch.Generator().manual_seed(i))
-                      for i in range(4)])
-    return model
-
-
-def calibrate(model, images) -> None:
-    """BatchNorm statistics from the activations each layer sees, in one pass: a
-    pre-hook sets a layer's mean and variance from its input before it normalises."""
-    import torch
-    import torchvision
-
-    kinds = (torch.nn.BatchNorm2d, torchvision.ops.misc.FrozenBatchNorm2d)
-
-    def pre(module, args):
-        x = args[0]
-        module.running_mean.copy_(x.mean(dim=(0, 2, 3)))
-        module.running_var.copy_(x.var(dim=(0, 2, 3)) + 1e-5)
-
-    hooks = [m.register_forward_pre_hook(pre) for m in model.modules() if isinstance(m, kinds)]
-    with torch.no_grad():
-        model(images)
-    for h in hooks:
-        h.remove()
-
-
-def _yolo_class():
-    import torch
-    import torchvision
-    from torch import nn
-
-    class Head(nn.Module):
-        """A single-stage detector in the YOLO style: a conv trunk, one prediction per
-        cell (box, objectness, classes), decoded and filtered by
-        ``torchvision.ops.batched_nms``."""
-
-        def __init__(self, classes: int = 7, stride: int = 8):
-            super().__init__()
-            self.stride = stride
-            self.trunk = nn.Sequential(
-                nn.Conv2d(3, 16, 3, 2, 1), nn.SiLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.SiLU(),
-                nn.Conv2d(32, 32, 3, 2, 1), nn.SiLU())
-            self.pred = nn.Conv2d(32, 5 + classes, 1)
-
-        def forward(self, images):
-            out = []
-            for image in images:
-                p = self.pred(self.trunk(image[None]))[0]  # [5 + C, h, w]
-                h, w = p.shape[-2:]
-                ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
-                p = p.flatten(1).T
-                cx = (xs.flatten() + torch.sigmoid(p[:, 0])) * self.stride
-                cy = (ys.flatten() + torch.sigmoid(p[:, 1])) * self.stride
-                bw, bh = torch.exp(p[:, 2].clamp(max=4)) * 16, torch.exp(p[:, 3].clamp(max=4)) * 16
-                boxes = torch.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], 1)
-                scores, labels = (torch.sigmoid(p[:, 4:5]) * torch.sigmoid(p[:, 5:])).max(1)
-                keep = torchvision.ops.batched_nms(boxes, scores, labels, 0.5)[:PER_IMAGE]
-                out.append({"boxes": boxes[keep], "labels": labels[keep],
-                            "scores": scores[keep]})
-            return out
-
-    return Head
-
-
-def YoloStyleHead():  # noqa: N802 (built lazily: torch loads in the child only)
-    return _yolo_class()()
+    return catalog_detection.build(name).module
 
 
 def child(name: str, folder: str) -> dict:
