@@ -134,11 +134,9 @@ def catalog_child(task: dict) -> None:
     atol = 1e-4 * max(1.0, scale)
     row.update(output_scale=scale, atol=atol)
     with tempfile.TemporaryDirectory(prefix="catalog-") as tmp:
-        try:
-            source = catalog.hand_over(built, task["form"], tmp, task["model"])
-        except Exception as e:  # noqa: BLE001 (the user's own export/trace fails)
-            return done(status="handover_failed",
-                        message=f"{type(e).__name__}: {short_message(e)[:400]}")
+        source, failed = _handed_over(catalog.hand_over, built, task, tmp)
+        if failed:
+            return done(**failed)
         config = ImporterConfig.of_source(source, built.inputs, built.outputs, atol=atol,
                                           converter=task["converter"])
         try:
@@ -220,6 +218,16 @@ def catalog_child(task: dict) -> None:
          op=first["op"] if first else op_node(message or "")[0])
 
 
+def _handed_over(hand_over, built, task: dict, folder: str):
+    """(the ModelSource ``hand_over`` writes, None), or (None, the handover_failed row's
+    fields) when the user's own export, trace or script fails."""
+    try:
+        return hand_over(built, task["form"], folder, task["model"]), None
+    except Exception as e:  # noqa: BLE001 (recorded as the row)
+        return None, {"status": "handover_failed",
+                      "message": f"{type(e).__name__}: {short_message(e)[:400]}"}
+
+
 def _detection_child(task: dict, built, row: dict, done) -> None:
     """A detector's row: handed over, imported with task="detection", checked image by
     image (catalog_detection.py)."""
@@ -228,11 +236,9 @@ def _detection_child(task: dict, built, row: dict, done) -> None:
     row.update(params=built.params, module_class=built.module_class,
                module_kwargs=built.module_kwargs)
     with tempfile.TemporaryDirectory(prefix="catalog-") as tmp:
-        try:
-            source = catalog_detection.hand_over(built, task["form"], tmp, task["model"])
-        except Exception as e:  # noqa: BLE001 (the user's own export/script fails)
-            return done(status="handover_failed",
-                        message=f"{type(e).__name__}: {short_message(e)[:400]}")
+        source, failed = _handed_over(catalog_detection.hand_over, built, task, tmp)
+        if failed:
+            return done(**failed)
         try:
             fields = catalog_detection.import_row(built, source, tmp)
         except ImporterError as e:
