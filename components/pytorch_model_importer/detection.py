@@ -42,6 +42,9 @@ RAW_INPUT = "image"
 DEFAULT_INPUT = "images:uint8:-1,-1,-1,3"
 INPUT_DTYPES = ("uint8", "float32")
 MAX_DETECTIONS = 10000
+# The image size warmup requests and the optimizer's timings use where the declared
+# input leaves it open (a VGA frame): a detector's cost grows with the image.
+REPRESENTATIVE_SIZE = (480, 640)
 # torchvision's outputs, in the order they are exported, and the OD API's names.
 TORCHVISION_OUTPUTS = ("boxes", "labels", "scores", "masks", "keypoints", "keypoints_scores")
 BOXES, CLASSES, SCORES, NUM = ("detection_boxes", "detection_classes", "detection_scores",
@@ -51,6 +54,14 @@ MASKS, KEYPOINTS, KEYPOINT_SCORES = ("detection_masks", "detection_keypoints",
 # The size of the sample image the export traces with (torchvision resizes every
 # image to its own min_size/max_size inside the graph, so any size exports the same).
 EXPORT_HW = (120, 150)
+
+
+def representative_input(spec: TensorSpec) -> str:
+    """The image batch's spec with its open height and width set to
+    REPRESENTATIVE_SIZE (the report's ``representative_inputs``)."""
+    h, w = (d if d > 0 else r for d, r in zip(spec.shape[1:3], REPRESENTATIVE_SIZE,
+                                                strict=True))
+    return f"{spec.name}:{spec.dtype}:-1,{h},{w},3"
 
 
 def check_input(spec: TensorSpec) -> TensorSpec:
@@ -76,8 +87,10 @@ def served_outputs(raw: Sequence[str]) -> List[str]:
 
 
 def raw_output_names(found: Sequence[str], where: str) -> List[str]:
-    """The dict's keys in export order; a dict without boxes, labels and scores, or with
-    keys torchvision's detectors do not have, is refused."""
+    """The dict's keys in the dict's own order, which is export order: torch.onnx.export
+    names a dict's values positionally (RetinaNet, FCOS and SSD give boxes, scores,
+    labels; the R-CNNs boxes, labels, scores). A dict without boxes, labels and scores,
+    or with keys torchvision's detectors do not have, is refused."""
     found = list(found)
     missing = [k for k in ("boxes", "labels", "scores") if k not in found]
     extra = [k for k in found if k not in TORCHVISION_OUTPUTS]
@@ -86,7 +99,7 @@ def raw_output_names(found: Sequence[str], where: str) -> List[str]:
             f"{where} returns {found}; a detector returns torchvision's dict per image: "
             f"boxes, labels, scores (+ masks, or keypoints and keypoints_scores). Missing "
             f"{missing}, not known {extra}. Import other models with task='tensors'.")
-    return [k for k in TORCHVISION_OUTPUTS if k in found]
+    return found
 
 
 def detections_per_image(module, declared: Optional[int]) -> Tuple[int, str]:

@@ -93,7 +93,8 @@ def import_detector(job, output_dir: str, shown_source: ModelSource,
         batch_sizes = (job.batch_sizes if tuple(job.batch_sizes) != DEFAULT_BATCH_SIZES
                        else detection_verify.DEFAULT_BATCH_SIZES)
         checks = detection_verify.verify(serving_dir, onnx_path, spec, raw_names, module,
-                                         atol, batch_sizes)
+                                         atol, batch_sizes,
+                                         eager=exported_from if rebuilt else None)
     verified = time.perf_counter()
     summary = detection_verify.summary(checks)
     job.say(f"verified at batch sizes {list(batch_sizes)} against "
@@ -113,6 +114,7 @@ def import_detector(job, output_dir: str, shown_source: ModelSource,
                    "rebuilt_from_torchscript": rebuilt},
         "opset": job.opset if module is not None else None,
         "inputs": [spec.to_text()],
+        "representative_inputs": [detection.representative_input(spec)],
         "model_inputs": [f"{raw_input}:float32:3,-1,-1"],
         "outputs": outputs,
         "detection": {

@@ -149,7 +149,8 @@ def push_model(config: PusherConfig, model_dir: str, saved_model_dir: Optional[s
     result = push(saved_model_dir, config, requires_gpu=facts.requires_gpu,
                   serving_flags=flags, examples_dir=examples_dir, blessings=blessings,
                   lock_timeout_s=lock_timeout_s, identity=gates.identity(imported, flags),
-                  tuning=tune(config, model_dir))
+                  tuning=tune(config, model_dir),
+                  representative_inputs=facts.representative_inputs)
     result.details = {"blessings": blessings, **result.details}
     if report_dir is not None:
         fs.write_text(fs.join(report_dir, PUSH_REPORT),
@@ -161,7 +162,8 @@ def push(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = False,
          serving_flags: Sequence[str] = (), examples_dir: Optional[str] = None,
          blessings: Optional[Dict[str, Optional[int]]] = None,
          lock_timeout_s: float = PusherConfig.LOCK_TIMEOUT_S,
-         identity: Optional[str] = None, tuning: Optional[Tuning] = None) -> PushResult:
+         identity: Optional[str] = None, tuning: Optional[Tuning] = None,
+         representative_inputs: Sequence[str] = ()) -> PushResult:
     """:func:`push_local` for a model folder that may be a URI (an artifact under
     an ``s3://`` or ``gs://`` pipeline root): it is copied to a local folder
     first, so the checks, the fresh-process load and the copy see the same bytes.
@@ -169,7 +171,7 @@ def push(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = False,
     made safe there). The arguments are :func:`push_local`'s.
     """
     args = (requires_gpu, serving_flags, examples_dir, blessings, lock_timeout_s, identity,
-            tuning)
+            tuning, representative_inputs)
     if not fs.is_remote(saved_model_dir):
         return push_local(saved_model_dir, config, *args)
     # push_local checks this too; here it comes before the model is copied down.
@@ -184,7 +186,8 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
                serving_flags: Sequence[str] = (), examples_dir: Optional[str] = None,
                blessings: Optional[Dict[str, Optional[int]]] = None,
                lock_timeout_s: float = PusherConfig.LOCK_TIMEOUT_S,
-               identity: Optional[str] = None, tuning: Optional[Tuning] = None) -> PushResult:
+               identity: Optional[str] = None, tuning: Optional[Tuning] = None,
+               representative_inputs: Sequence[str] = ()) -> PushResult:
     """Gate, check, warm up, publish atomically, then write configs and retain.
 
     ``config`` is the component's one :class:`PusherConfig` (where, which label,
@@ -196,7 +199,9 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
     ``identity`` names the model for the "nothing new" check (a pipeline passes
     the importer's source digest with the optimizer's backend and flags); by
     default the SavedModel's bytes decide. ``tuning`` is what the server runs with
-    (default: no latency measured, :func:`tuning.tune`).
+    (default: no latency measured, :func:`tuning.tune`). ``representative_inputs``
+    (the model report's) size the warmup requests where the signature leaves sizes
+    open.
     """
     import tempfile
 
@@ -256,7 +261,8 @@ def push_local(saved_model_dir: str, config: PusherConfig, requires_gpu: bool = 
             warmup = os.path.join(tmp, WARMUP_FILE)
             count = write_warmup(warmup, model_name, new_sig,
                                  synthesize_feeds(new_sig, config.warmup_records,
-                                                  examples_dir=examples_dir))
+                                                  examples_dir=examples_dir,
+                                                  representative=representative_inputs))
             # One fresh process: the model loads, and the warmup requests run through it.
             inspected = inspect_model(saved_model_dir, warmup)
             check_tflite(inspected, new_sig)

@@ -33,16 +33,27 @@ def write_warmup(path: str, model_name: str, signature: dict, feeds: Sequence[Di
 
 
 def synthesize_feeds(signature: dict, count: int, batch: int = 1,
-                     examples_dir: Optional[str] = None) -> List[Dict]:
-    """Warmup inputs: from Examples when given, else within each input's dtype."""
+                     examples_dir: Optional[str] = None,
+                     representative: Sequence[str] = ()) -> List[Dict]:
+    """Warmup inputs: from Examples when given, else within each input's dtype, sized
+    as ``representative`` says (the model report's specs) where the signature leaves
+    a size open."""
     from tfx_bridge.artifacts import examples
-    from tfx_bridge.artifacts.tensorspec import TensorSpec, make_inputs
+    from tfx_bridge.artifacts.tensorspec import TensorSpec, make_inputs, parse_input_spec
 
+    sized = {}
+    for text in representative:
+        spec = parse_input_spec(text)
+        sized[spec.name] = spec
     specs = []
     for name, s in sorted(signature["inputs"].items()):
         shape = s["shape"] or [None]
         dims = tuple(-1 if d is None else int(d) for d in shape)
         dims = (-1,) + dims[1:]
+        known = sized.get(name)
+        if known is not None and len(known.shape) == len(dims) and all(
+                d in (-1, k) for d, k in zip(dims[1:], known.shape[1:], strict=True)):
+            dims = (-1,) + tuple(known.shape[1:])
         specs.append(TensorSpec(name, s["dtype"], dims))
     if examples_dir:
         real = examples.inputs_from_examples(examples_dir, specs, count * batch)

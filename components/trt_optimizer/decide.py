@@ -37,6 +37,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from tfx_bridge.components.trt_optimizer.results import (
     BACKEND_TENSORRT,
+    NOT_TIMED,
     CandidateResult,
     Latency,
     Speedup,
@@ -133,6 +134,8 @@ def _figures(speedups: Sequence[Speedup]) -> str:
 
 
 def _refusal(r: CandidateResult) -> str:
+    if r.error is not None and r.error.startswith(NOT_TIMED):
+        return f"{r.name} {r.error}"
     if r.error is not None:
         return f"{r.name} did not build ({r.error})"
     if not r.passed:

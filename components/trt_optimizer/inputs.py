@@ -2,7 +2,7 @@
 representative feeds (random within the declared ranges, or real Examples)."""
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -10,6 +10,8 @@ from tfx_bridge import limits
 from tfx_bridge.artifacts import savedmodel
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError
 from tfx_bridge.components.trt_optimizer.results import (
+    DEFAULT_BATCHES,
+    DETECTION_BATCHES,
     IMPORTER_REPORT,
 )
 from tfx_bridge.storage import fs
@@ -20,17 +22,34 @@ def resolve_saved_model(path: str) -> str:
     return savedmodel.resolve_saved_model(path)
 
 
+def _importer_report(saved_model_dir: str) -> dict:
+    """The importer's report.json beside Format-Serving, or {} without one."""
+    report = fs.join(fs.dirname(saved_model_dir.rstrip("/")), IMPORTER_REPORT)
+    if not fs.exists(report):
+        return {}
+    return limits.read_json(report, OptimizerConfigError,
+                            "Give the importer's Model folder as it wrote it.")
+
+
+def timing_batches(saved_model_dir: str) -> Tuple[int, ...]:
+    """The batch sizes to time and check at: DETECTION_BATCHES for a detector (the
+    importer's report has its ``detection`` section), else DEFAULT_BATCHES."""
+    if isinstance(_importer_report(saved_model_dir).get("detection"), dict):
+        return DETECTION_BATCHES
+    return DEFAULT_BATCHES
+
+
 def input_specs(saved_model_dir: str, fn):
     """The serving inputs as importer TensorSpecs, with value ranges when the importer
-    recorded them (report.json beside Format-Serving), so random inputs stay valid."""
+    recorded them (report.json beside Format-Serving), so random inputs stay valid,
+    and the sizes of its ``representative_inputs`` where the signature leaves sizes
+    open (a detector's images), so timings run on the model's workload."""
     from tfx_bridge.artifacts import tensorspec
 
     declared = {}
-    report = fs.join(fs.dirname(saved_model_dir.rstrip("/")), IMPORTER_REPORT)
-    if fs.exists(report):
-        recorded = limits.read_json(report, OptimizerConfigError,
-                                    "Give the importer's Model folder as it wrote it.")
-        for text in recorded.get("inputs", []):
+    recorded = _importer_report(saved_model_dir)
+    for key in ("inputs", "representative_inputs"):
+        for text in recorded.get(key) or []:
             spec = tensorspec.parse_input_spec(text)
             declared[spec.name] = spec
     specs = []

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
@@ -62,6 +63,7 @@ from tfx_bridge.components.trt_optimizer.inputs import (
     input_specs,
     representative_inputs,
     resolve_saved_model,
+    timing_batches,
 )
 from tfx_bridge.components.trt_optimizer.measure import (
     drift,
@@ -73,8 +75,8 @@ from tfx_bridge.components.trt_optimizer.report import build_report, write_repor
 from tfx_bridge.components.trt_optimizer.results import (
     BACKEND_ORIGINAL,
     BACKEND_TENSORRT,
-    DEFAULT_BATCHES,
     IMPORTER_REPORT,
+    NOT_TIMED,
     SERVING_DIR,
     CandidateResult,
     OptimizeResult,
@@ -85,7 +87,7 @@ from tfx_bridge.torch import model as torch_model
 
 
 def optimize(model_path: str, output_dir: str, config: Optional[OptimizerConfig] = None,
-             examples_dir: Optional[str] = None, batches: Sequence[int] = DEFAULT_BATCHES,
+             examples_dir: Optional[str] = None, batches: Optional[Sequence[int]] = None,
              probe: Optional[Probe] = None,
              extra_candidates: Optional[Dict[str, Callable]] = None,
              model_dir: Optional[str] = None) -> OptimizeResult:
@@ -164,7 +166,7 @@ def carry_pytorch(model_dir: str, output_dir: str) -> None:
 
 
 def optimize_local(model_path: str, output_dir: str, config: Optional[OptimizerConfig] = None,
-                   examples_dir: Optional[str] = None, batches: Sequence[int] = DEFAULT_BATCHES,
+                   examples_dir: Optional[str] = None, batches: Optional[Sequence[int]] = None,
                    probe: Optional[Probe] = None,
                    extra_candidates: Optional[Dict[str, Callable]] = None) -> OptimizeResult:
     """Optimizes ``model_path`` into ``output_dir`` (the Model artifact layout).
@@ -173,9 +175,10 @@ def optimize_local(model_path: str, output_dir: str, config: Optional[OptimizerC
     defaults), already checked when it was built. Its ``candidates`` pick which
     of ``CPU_CANDIDATES`` are tried on a host without TensorRT (default:
     ``DEFAULT_CPU_CANDIDATES``, those that need no experimental TF Serving flag;
-    XLA and TFLite are opt-in). ``extra_candidates`` maps a name to
-    ``builder(loaded, out_dir) -> Built`` (tests use it to offer a
-    deliberately perturbed variant to the drift gate).
+    XLA and TFLite are opt-in). ``batches`` are the batch sizes timed and checked
+    (default: :func:`~inputs.timing_batches`: 1 and 32, or 1 and 4 for a detector).
+    ``extra_candidates`` maps a name to ``builder(loaded, out_dir) -> Built`` (tests
+    use it to offer a deliberately perturbed variant to the drift gate).
     """
     import tensorflow as tf
 
@@ -192,6 +195,7 @@ def optimize_local(model_path: str, output_dir: str, config: Optional[OptimizerC
     original = tf.saved_model.load(source)
     fn = original.signatures[SERVING_SIGNATURE]
     specs = input_specs(source, fn)
+    batches = tuple(batches or timing_batches(source))
     bench_feeds = {b: representative_inputs(specs, b, seed=1, examples_dir=examples_dir)
                    for b in batches}
     held_out = {b: representative_inputs(specs, b, seed=2, examples_dir=examples_dir,
@@ -240,8 +244,19 @@ def optimize_local(model_path: str, output_dir: str, config: Optional[OptimizerC
             except Exception as e:  # a candidate that does not build is reported, not fatal
                 result.error = short_message(e)
             results.append(result)
-        timing = _time(servables, {n: folders[n] for n in servables}, bench_feeds, config,
-                       in_child=not probe.can_run_tensorrt)
+        try:
+            timing = _time(servables, {n: folders[n] for n in servables}, bench_feeds,
+                           config, in_child=not probe.can_run_tensorrt)
+        except subprocess.TimeoutExpired as e:
+            # A timing run that does not finish decides nothing: the candidates are
+            # recorded as not timed and the original is kept.
+            why = (f"{NOT_TIMED}: the timing run did not finish within {e.timeout:g} s "
+                   "(the model's calls are too slow for the time budget; raise "
+                   "time_budget_s)")
+            for r in results[1:]:
+                if r.error is None:
+                    r.error = why
+            timing = {"latency": {}, "error": why}
         by_name = {r.name: r for r in results}
         for name, latencies in timing.pop("latency").items():
             by_name[name].latency = latencies
@@ -253,7 +268,7 @@ def optimize_local(model_path: str, output_dir: str, config: Optional[OptimizerC
         blessed = False  # TensorRT was asked for by the host and did not pass: say so
     report = build_report(results, chosen, probe, precision, batches, atol, rtol,
                           topk_threshold, time.perf_counter() - start, blessed, decision,
-                          timing)
+                          timing, specs)
     write_report(output_dir, report, results)
     return OptimizeResult(blessed, chosen.backend, precision if chosen.backend ==
                           BACKEND_TENSORRT else "fp32", chosen.backend == BACKEND_TENSORRT,

@@ -30,7 +30,7 @@ from tfx_bridge.components.trt_optimizer.results import (
 
 
 def build_report(results, chosen, probe: Probe, precision, batches, atol, rtol, topk,
-                 seconds, blessed, decision: str, timing: dict) -> dict:
+                 seconds, blessed, decision: str, timing: dict, specs=()) -> dict:
     """report.json's content. ``latency_before_ms`` / ``_after`` are the same run's
     interleaved p50s of the original and the kept model (equal when the original is
     kept); ``decision`` says which was kept and why, with the rule's figures."""
@@ -60,6 +60,8 @@ def build_report(results, chosen, probe: Probe, precision, batches, atol, rtol, 
         "timing": timing,
         "tolerance": {"atol": atol, "rtol": rtol, "topk_agreement": topk},
         "batches": list(batches),
+        # What was timed and checked: the inputs' shapes (batch -1) and value ranges.
+        "representative_inputs": [s.to_text() for s in specs],
         "seconds": round(seconds, 2),
         "candidates": [dataclasses.asdict(r) | {"passed": r.passed} for r in results],
     }

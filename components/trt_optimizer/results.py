@@ -27,6 +27,11 @@ DEFAULT_ITERATIONS = 2000
 # about 3 minutes, candidates built and drift-checked (docs/BENCHMARKS.md).
 DEFAULT_TIME_BUDGET_S = 60.0
 DEFAULT_BATCHES = (1, 32)
+# A detector's batch sizes: its calls run image by image on full-size images (seconds
+# each for an R-CNN), and clients send a few frames a request, not dozens.
+DETECTION_BATCHES = (1, 4)
+# CandidateResult.error of a candidate whose timing run did not finish.
+NOT_TIMED = "not timed"
 DEFAULT_OP_DENYLIST = ("TopKV2",)
 
 

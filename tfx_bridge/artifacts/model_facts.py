@@ -22,6 +22,7 @@ import dataclasses
 from typing import Optional, Tuple
 
 from tfx_bridge import limits
+from tfx_bridge.artifacts import tensorspec
 from tfx_bridge.artifacts.layout import REPORT_JSON
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage import fs
@@ -42,6 +43,10 @@ class ModelFacts:
     requires_gpu: bool
     serving_flags: Tuple[str, ...]
     source_digest: Optional[str]
+    # Input specs (name:dtype:shape) with every dimension but the batch concrete, for
+    # inputs whose signature leaves sizes open (a detector's images): what warmup
+    # requests and timings use instead of placeholder sizes.
+    representative_inputs: Tuple[str, ...] = ()
 
 
 def model_facts(model_dir: str) -> ModelFacts:
@@ -49,7 +54,7 @@ def model_facts(model_dir: str) -> ModelFacts:
     ``model_dir`` (from its report.json), refusing a report of the wrong shape."""
     path = fs.join(model_dir, REPORT_JSON)
     if not fs.exists(path):
-        return ModelFacts(None, False, (), None)
+        return ModelFacts(None, False, (), None, ())
     report = limits.read_json(path, ModelFactsError,
                               "Give the importer's or optimizer's output folder, or remove "
                               "the file.", MAX_REPORT_BYTES)
@@ -68,7 +73,16 @@ def model_facts(model_dir: str) -> ModelFacts:
     digest = report.get("source_digest")
     if digest is not None and not isinstance(digest, str):
         problems.append(f"source_digest is {digest!r}, expected a string")
+    shapes = report.get("representative_inputs") or []
+    if not isinstance(shapes, list) or not all(isinstance(s, str) for s in shapes):
+        problems.append(f"representative_inputs is {shapes!r}, expected a list of strings")
+    else:
+        for text in shapes:
+            try:
+                tensorspec.parse_input_spec(text)
+            except BridgeError as e:
+                problems.append(f"representative_inputs: {str(e).rstrip('.')}")
     if problems:
         raise ModelFactsError(f"{path}: " + "; ".join(problems) + ". Re-run the importer or "
                               "optimizer that wrote it.")
-    return ModelFacts(blessed, gpu, tuple(flags), digest)
+    return ModelFacts(blessed, gpu, tuple(flags), digest, tuple(shapes))

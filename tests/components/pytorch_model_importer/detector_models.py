@@ -26,8 +26,8 @@ class TinyYolo(nn.Module):
             h, w = p.shape[-2], p.shape[-1]
             ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
             p = p.flatten(1).T
-            cx = (xs.flatten() + torch.sigmoid(p[:, 0])) * 4
-            cy = (ys.flatten() + torch.sigmoid(p[:, 1])) * 4
+            cx = (xs.flatten() + torch.sigmoid(p[:, 0])) * self.stride()
+            cy = (ys.flatten() + torch.sigmoid(p[:, 1])) * self.stride()
             bw = torch.exp(p[:, 2].clamp(max=3)) * 6
             bh = torch.exp(p[:, 3].clamp(max=3)) * 6
             boxes = torch.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], 1)
@@ -41,6 +41,9 @@ class TinyYolo(nn.Module):
             ) -> torch.Tensor:
         return torchvision.ops.batched_nms(boxes, scores, labels + 1, 0.5)
 
+    def stride(self) -> float:
+        return 4.0
+
 
 class TinyYoloOffsetNms(TinyYolo):
     """TinyYolo with per-class NMS written as one ``nms`` over boxes shifted apart by
@@ -51,3 +54,19 @@ class TinyYoloOffsetNms(TinyYolo):
             ) -> torch.Tensor:
         shift = labels.to(boxes.dtype)[:, None] * (boxes.max() + 1)
         return torchvision.ops.nms(boxes + shift, scores, 0.5)
+
+
+class TinyYoloScoresFirst(TinyYolo):
+    """TinyYolo returning its dict as RetinaNet, FCOS and SSD do: boxes, scores, labels."""
+
+    def forward(self, images: List[torch.Tensor]) -> List[Dict[str, torch.Tensor]]:
+        return [{"boxes": d["boxes"], "scores": d["scores"], "labels": d["labels"]}
+                for d in super().forward(images)]
+
+
+class TinyYoloScriptedOtherwise(TinyYolo):
+    """TinyYolo whose scripted form computes otherwise than its eager form, as
+    torchvision's scripted resize rounds sizes otherwise than its eager one."""
+
+    def stride(self) -> float:
+        return 4.5 if torch.jit.is_scripting() else 4.0

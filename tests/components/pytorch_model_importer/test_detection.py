@@ -27,7 +27,8 @@ _SERVE_3 = (
     "os.environ['TF_ENABLE_ONEDNN_OPTS'] = '0'\n"
     "import tensorflow as tf\n"
     "m = tf.saved_model.load(sys.argv[1])\n"
-    "images = np.random.default_rng(0).integers(0, 256, (3, 50, 70, 3)).astype(np.uint8)\n"
+    "h, w = (int(v) for v in sys.argv[2].split(','))\n"
+    "images = np.random.default_rng(0).integers(0, 256, (3, h, w, 3)).astype(np.uint8)\n"
     "out = m.signatures['serving_default'](images=tf.constant(images))\n"
     "raw = m.signatures['serving_torchvision'](image=tf.constant("
     "images[0].transpose(2, 0, 1).astype(np.float32) / 255))\n"
@@ -35,8 +36,8 @@ _SERVE_3 = (
     " | {'raw': sorted(raw)}))\n")
 
 
-def _served_shapes(saved_model_dir: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", _SERVE_3, saved_model_dir],
+def _served_shapes(saved_model_dir: str, size: str = "50,70") -> dict:
+    proc = subprocess.run([sys.executable, "-c", _SERVE_3, saved_model_dir, size],
                           capture_output=True, text=True, timeout=300, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -78,13 +79,25 @@ def test_import_detector_state_dict_od_api_signature_blessed(tiny_state_dict, tm
     assert shapes["raw"] == ["boxes", "labels", "scores"]
 
 
-def test_import_detector_onnx_as_documented_pushed_answers_batch_of_3(tiny_detector,
-                                                                       tmp_path):
+def test_import_detector_dict_scores_before_labels_outputs_named_by_key(tiny_state_dict,
+                                                                        tmp_path):
+    config = ImporterConfig(source_path=tiny_state_dict,
+                            module_class="detector_models:TinyYoloScoresFirst",
+                            task=detection.TASK_DETECTION)
+    result = convert.import_model(config, str(tmp_path / "out"), batch_sizes=(3,))
+    assert result.blessed, result.report["summary"]
+    assert result.report["detection"]["model_outputs"] == ["boxes", "scores", "labels"]
+
+
+def test_import_detector_onnx_as_documented_optimized_pushed_answers_batch_of_3(
+        tiny_detector, tmp_path):
     import torch
     from tensorflow_serving.apis import prediction_log_pb2
 
     from tfx_bridge.components.serving_pusher import base_layout, serving
     from tfx_bridge.components.serving_pusher.config import PusherConfig
+    from tfx_bridge.components.trt_optimizer import optimize
+    from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
 
     # Exported as torchvision documents it: one [3, H, W] image in, dynamic counts.
     path = str(tmp_path / "yolo.onnx")
@@ -94,15 +107,26 @@ def test_import_detector_onnx_as_documented_pushed_answers_batch_of_3(tiny_detec
                           input_names=["image"], output_names=names,
                           dynamic_axes={"image": {1: "height", 2: "width"},
                                         **{n: {0: "detections"} for n in names}})
+    # A fixed image size keeps the tiny detector's per-cell boxes few (warmup and the
+    # optimizer's timings use the declared size; open sizes are tested apart).
     config = ImporterConfig(source_kind="onnx", source_path=path, max_detections=6,
-                            task=detection.TASK_DETECTION)
+                            task=detection.TASK_DETECTION,
+                            inputs=["images:uint8:-1,96,128,3"])
     out = str(tmp_path / "model")
     result = convert.import_model(config, out)
     assert result.blessed, result.report["summary"]
     assert {c["reference"] for c in result.report["checks"]} == {"onnxruntime"}
     assert result.report["detection"]["detections_per_image_from"] == "max_detections"
+    # The optimizer's CPU rules on a detector: timed on VGA-sized images, not
+    # placeholder sizes; what it keeps goes to the pusher as a pipeline passes it.
+    optimized = optimize.optimize_local(out, str(tmp_path / "optimized"),
+                                        OptimizerConfig(time_budget_s=5))
+    assert optimized.blessed, optimized.report["decision"]
+    assert optimized.report["representative_inputs"] == ["images:uint8:-1,96,128,3"]
+    assert optimized.report["batches"] == [1, 4]
     base = str(tmp_path / "serving")
-    pushed = serving.push_model(PusherConfig(base, "detector", warmup_records=3), out)
+    pushed = serving.push_model(PusherConfig(base, "detector", warmup_records=3),
+                                str(tmp_path / "optimized"))
     assert pushed.pushed and pushed.version == 1, pushed.summary()
     version_dir = os.path.join(base, "detector", "1")
     warmup = os.path.join(version_dir, base_layout.WARMUP_DIR, base_layout.WARMUP_FILE)
@@ -111,10 +135,12 @@ def test_import_detector_onnx_as_documented_pushed_answers_batch_of_3(tiny_detec
     logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy())
             for r in tf.data.TFRecordDataset(warmup)]
     assert len(logs) == 3 and set(logs[0].predict_log.request.inputs) == {"images"}
+    image = logs[0].predict_log.request.inputs["images"]
+    assert [d.size for d in image.tensor_shape.dim] == [1, 96, 128, 3]
     assert pushed.details["warmup"]["requests"] == 3  # replayed through the loaded model
     assert os.path.exists(os.path.join(base, base_layout.MODELS_CONFIG))
     assert os.path.exists(os.path.join(base, base_layout.BATCHING_FILE))
-    shapes = _served_shapes(version_dir)
+    shapes = _served_shapes(version_dir, "96,128")
     assert shapes["detection_boxes"] == [[3, 6, 4], "float32"]
     assert shapes["num_detections"] == [[3], "float32"]
 
@@ -131,6 +157,26 @@ def test_import_detector_torchscript_rebuilt_from_module_class_blessed(tiny_dete
     assert result.blessed, result.report["summary"]
     assert result.report["source"]["rebuilt_from_torchscript"] is True
     assert {c["reference"] for c in result.report["checks"]} == {"torch", "onnxruntime"}
+
+
+def test_import_detector_scripted_differs_from_eager_named_not_blessed(tiny_detector,
+                                                                       tmp_path):
+    import torch
+    from detector_models import TinyYoloScriptedOtherwise
+
+    model = TinyYoloScriptedOtherwise()
+    model.load_state_dict(tiny_detector.state_dict())
+    path = str(tmp_path / "yolo.torchscript")
+    torch.jit.script(model.eval()).save(path)
+    config = ImporterConfig(source_kind="torchscript", source_path=path,
+                            module_class="detector_models:TinyYoloScriptedOtherwise",
+                            task=detection.TASK_DETECTION)
+    result = convert.import_model(config, str(tmp_path / "out"), batch_sizes=(3,))
+    assert not result.blessed
+    by_ref = {c["reference"]: c["verdict"] for c in result.report["checks"]}
+    assert by_ref == {"torch": detection_verify.SCRIPTED_DIFFERS, "onnxruntime": "equal"}
+    assert "scripted model differs from the same weights run eagerly" in \
+        result.report["summary"]
 
 
 def test_import_detector_torchscript_other_kwargs_refused_naming_setting(tiny_detector,
@@ -165,6 +211,15 @@ def test_importer_config_torchscript_module_class_only_for_detection():
     with pytest.raises(ImporterConfigError, match="not onnx"):
         ImporterConfig(source_kind="onnx", source_path="/m/m.onnx", module_class=MODULE,
                        task=detection.TASK_DETECTION)
+
+
+def test_detection_representative_input_open_size_vga_fixed_kept():
+    from tfx_bridge.artifacts.tensorspec import parse_input_spec as parse
+
+    assert detection.representative_input(parse("images:uint8:-1,-1,-1,3")) == \
+        "images:uint8:-1,480,640,3"
+    assert detection.representative_input(parse("x:float32:-1,96,-1,3")) == \
+        "x:float32:-1,96,640,3"
 
 
 def test_detection_compare_swapped_tie_tie_order_verdict():

@@ -53,6 +53,17 @@ def _complete(version_dir: str, source: str) -> bool:
 
 
 
+def test_synthesize_feeds_open_sizes_from_representative_inputs_fixed_kept():
+    signature = {"inputs": {"images": {"dtype": "uint8", "shape": [None, None, None, 3]},
+                            "mask": {"dtype": "float32", "shape": [None, 5]}}}
+    feeds = synthesize_feeds(signature, 2, representative=(
+        "images:uint8:-1,480,640,3", "mask:float32:-1,7"))
+    assert len(feeds) == 2
+    assert feeds[0]["images"].shape == (1, 480, 640, 3)
+    # A representative size that contradicts a fixed dimension is not applied.
+    assert feeds[0]["mask"].shape == (1, 5)
+
+
 def test_push_writes_version_warmup_and_configs(models, tmp_path):
     base = str(tmp_path / "serving")
     result = serving.push(models["a"], PusherConfig(base, "ctr", warmup_records=5))

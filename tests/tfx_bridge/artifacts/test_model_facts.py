@@ -25,6 +25,12 @@ def test_model_facts_importer_report_gives_source_digest(tmp_path):
     assert model_facts(folder) == ModelFacts(True, False, (), "sha256:ab")
 
 
+def test_model_facts_representative_inputs_read_for_warmup(tmp_path):
+    folder = _report(tmp_path, {"blessed": True,
+                                "representative_inputs": ["images:uint8:-1,480,640,3"]})
+    assert model_facts(folder).representative_inputs == ("images:uint8:-1,480,640,3",)
+
+
 def test_model_facts_folder_without_report_has_no_gate(tmp_path):
     facts = model_facts(str(tmp_path))
     assert facts.blessed is None and facts.serving_flags == () and facts.source_digest is None
@@ -36,6 +42,9 @@ def test_model_facts_folder_without_report_has_no_gate(tmp_path):
     ({"requires_gpu": "yes", "source_digest": 3},
      r"requires_gpu is 'yes'.*; source_digest is 3"),
     ("[1, 2]", r"holds a list, not an object"),
+    ({"representative_inputs": "x:float32:-1,3"},
+     r"representative_inputs is 'x:float32:-1,3', expected a list of strings"),
+    ({"representative_inputs": ["x:float99:-1,3"]}, r"representative_inputs: .*float99"),
     ("{not json", r"is not JSON"),
 ])
 def test_model_facts_report_of_wrong_shape_refused_naming_fields(tmp_path, body, match):
