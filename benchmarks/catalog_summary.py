@@ -144,9 +144,42 @@ def catalog_summary(rows: list) -> str:
                 "refused)", ""]
         for (op, variant), where in sorted(ours.items(), key=lambda kv: -len(kv[1]))[:40]:
             out.append(f"- {op} x{len(where)}: {variant} (e.g. {', '.join(where[:4])})")
+    out += detection_table(rows)
     skipped = [r for r in rows if r["status"] in ("skipped", "not_built")]
     if skipped:
         out += ["", "### Skipped and not built", ""]
         out += [f"- {r['family']} {r['model']}: {r['status']}: {_reason(r)}"
                 for r in sorted(skipped, key=lambda r: (r["family"], r["model"]))]
     return "\n".join(out)
+
+
+def detection_table(rows: list) -> list:
+    """Markdown lines: the detection family, one row per detector, one column per
+    hand-over form: the verdict and its image checks (passed / all, ties named), or
+    the first failed check."""
+    found = {(r["model"], r["form"]): r for r in rows
+             if r["family"] == "detection" and r.get("form") in CATALOG_FORMS}
+    if not found:
+        return []
+    out = ["", "### Detectors, per hand-over form", "",
+           "| detector | " + " | ".join(CATALOG_FORMS) + " |",
+           "|---|" + "---|" * len(CATALOG_FORMS)]
+    for model in sorted({m for m, _ in found}):
+        cells = []
+        for form in CATALOG_FORMS:
+            r = found.get((model, form))
+            if r is None:
+                cells.append("-")
+                continue
+            checks = r.get("checks_by_reference") or {}
+            passed = sum(c["passed"] for c in checks.values())
+            total = sum(c["checks"] for c in checks.values())
+            ties = sum(c["tie_order"] for c in checks.values())
+            cell = r["status"].replace("_", " ")
+            if total:
+                cell += f", {passed}/{total} checks" + (f" ({ties} tie-order)" if ties else "")
+            if r["status"] != "verified":
+                cell += f": {(r.get('message') or '').split('; first: ')[-1][:90]}"
+            cells.append(cell)
+        out.append(f"| {model} | " + " | ".join(cells) + " |")
+    return out

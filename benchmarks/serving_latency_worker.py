@@ -28,6 +28,25 @@ import numpy as np
 MARKER = "WORKER "
 
 
+def _detections(dicts, k: int) -> dict:
+    """torchvision's per-image dicts as the served signature's counts, scores and
+    classes (padded to ``k``), the outputs compared across backends."""
+    scores = np.zeros((len(dicts), k), np.float32)
+    classes = np.zeros((len(dicts), k), np.float32)
+    for i, d in enumerate(dicts):
+        n = min(len(d["scores"]), k)
+        scores[i, :n] = np.asarray(d["scores"])[:n]
+        classes[i, :n] = np.asarray(d["labels"])[:n]
+    return {"num_detections": np.array([min(len(d["scores"]), k) for d in dicts], np.float32),
+            "detection_scores": scores, "detection_classes": classes}
+
+
+def _images(feeds) -> list:
+    """A detector's uint8 [B, H, W, 3] batch as torchvision's [3, H, W] floats in [0, 1]."""
+    return [np.ascontiguousarray(im.transpose(2, 0, 1)).astype(np.float32) / np.float32(255)
+            for im in feeds["images"]]
+
+
 class OrtBackend:
     # "nospin": the same session options with the thread pool's spin-wait off, which
     # matters on a shared host where a spinning thread competes with the others.
@@ -47,12 +66,23 @@ class OrtBackend:
                                                        providers=["CPUExecutionProvider"])
         self.session = self.sessions["python"]
         self.names = [o.name for o in self.session.get_outputs()]
+        entry = _entry(args.name)
+        # A detector's ONNX takes one image: a batch is its images one after another.
+        self.detections = entry.detections if entry.task == "detection" else 0
 
     def caller(self, feeds, path):
         session = self.sessions[path]
+        if self.detections:
+            images = _images(feeds)
+            name = session.get_inputs()[0].name
+            return lambda: [session.run(None, {name: im}) for im in images]
         return lambda: session.run(None, feeds)
 
     def outputs(self, feeds):
+        if self.detections:
+            found = [dict(zip(self.names, out, strict=True))
+                     for out in self.caller(feeds, "python")()]
+            return _detections(found, self.detections)
         return dict(zip(self.names, self.session.run(None, feeds), strict=True))
 
 
@@ -69,9 +99,14 @@ class TorchBackend:
         self.model.load_state_dict(torch.load(args.model, weights_only=True))
         self.inputs = [s.split(":")[0] for s in serving_models.MODELS[args.name].inputs]
         self.names = serving_models.MODELS[args.name].outputs
+        entry = serving_models.MODELS[args.name]
+        self.detections = entry.detections if entry.task == "detection" else 0
 
     def caller(self, feeds, path):
-        args = [self.torch.from_numpy(feeds[n]) for n in self.inputs]
+        if self.detections:  # torchvision's form: one list of [3, H, W] images
+            args = [[self.torch.from_numpy(im) for im in _images(feeds)]]
+        else:
+            args = [self.torch.from_numpy(feeds[n]) for n in self.inputs]
 
         def call():
             with self.torch.inference_mode():
@@ -80,6 +115,9 @@ class TorchBackend:
 
     def outputs(self, feeds):
         out = self.caller(feeds, "python")()
+        if self.detections:
+            return _detections([{k: v.numpy() for k, v in d.items()} for d in out],
+                               self.detections)
         out = out if isinstance(out, (tuple, list)) else [out]
         return {n: o.numpy() for n, o in zip(self.names, out, strict=True)}
 
@@ -146,6 +184,12 @@ class TfBackend:
                 "op_ms_sum": total / calls / 1e3, "nodes_run": len(nodes),
                 "top": [[op, round(us / calls / 1e3, 3), round(us / total, 3)]
                         for op, us in by_type.most_common(12)]}
+
+
+def _entry(name: str):
+    import serving_models
+
+    return serving_models.MODELS[name]
 
 
 BACKENDS = {"ort": OrtBackend, "torch": TorchBackend, "tf": TfBackend}

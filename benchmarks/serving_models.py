@@ -25,6 +25,11 @@ class BenchModel:
     inputs: List[str]
     outputs: List[str]
     batches: Tuple[int, int] = (1, 32)
+    # "detection": torchvision's detection interface, imported with task="detection"
+    # (the served signature is the TF Object Detection API's, onnxruntime runs the
+    # ONNX image by image); ``detections`` is K, the padded count per image.
+    task: str = "tensors"
+    detections: int = 0
 
 
 class Logits(nn.Module):
@@ -117,6 +122,24 @@ def _moe_io():
     return inputs, outputs
 
 
+DETECTOR_HW = (480, 640)  # a VGA frame, the size the importer's warmup uses
+
+
+def _detector() -> nn.Module:
+    """torchvision's Faster R-CNN MobileNetV3-Large-320-FPN (its own min_size 320,
+    max_size 640, 100 detections per image) with BatchNorm statistics calibrated on
+    random frames, so random weights still rank boxes apart."""
+    import catalog_detection
+    import torchvision
+
+    model = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None).eval()
+    generator = torch.Generator().manual_seed(0)
+    catalog_detection.calibrate(model, [torch.rand(3, *DETECTOR_HW, generator=generator)
+                                        for _ in range(2)])
+    return model
+
+
 _TOKENS = [f"input_ids:int64:-1,{SEQ}:0..1000", f"attention_mask:int64:-1,{SEQ}:1..1"]
 
 MODELS: Dict[str, BenchModel] = {
@@ -144,6 +167,11 @@ MODELS: Dict[str, BenchModel] = {
                       *_moe_io()),
     "audio_cnn": BenchModel("1-D audio CNN, 1 s of 16 kHz audio",
                             AudioCNN, ["audio:float32:-1,1,16000"], ["logits"]),
+    "fasterrcnn_mobilenet_320": BenchModel(
+        "torchvision Faster R-CNN MobileNetV3-Large-320-FPN, 480x640 frames",
+        _detector, [f"images:uint8:-1,{DETECTOR_HW[0]},{DETECTOR_HW[1]},3"],
+        ["detection_boxes", "detection_scores", "detection_classes", "num_detections"],
+        (1, 4), task="detection", detections=100),
 }
 
 
@@ -176,4 +204,6 @@ def trained_like(model: nn.Module, seed: int = 0) -> nn.Module:
 def build(name: str) -> nn.Module:
     """Model ``name`` with seeded random weights (``trained_like``), in eval mode."""
     torch.manual_seed(0)
+    if MODELS[name].task == "detection":
+        return MODELS[name].build().eval()  # calibrated by its builder
     return trained_like(MODELS[name].build().eval())

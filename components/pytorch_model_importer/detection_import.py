@@ -136,6 +136,8 @@ def import_detector(job, output_dir: str, shown_source: ModelSource,
                                      + ", ".join(raw_names) + " (torchvision's layout)"},
         "tolerance": {"atol": atol,
                       "boxes": "atol x max(1, largest box coordinate)",
+                      "keypoints": "atol x max(1, largest box coordinate)",
+                      "keypoints_scores": "atol x max(1, largest keypoint score)",
                       "scores": "atol", "labels_and_counts": "exact",
                       "masks": f"pixels > {detection_verify.MASK_THRESHOLD}, at most "
                                f"{detection_verify.MASK_FLIPS:.1%} of a mask's pixels flip",

@@ -70,3 +70,11 @@ class TinyYoloScriptedOtherwise(TinyYolo):
 
     def stride(self) -> float:
         return 4.5 if torch.jit.is_scripting() else 4.0
+
+
+class TinyYoloTracedOtherwise(TinyYolo):
+    """TinyYolo whose traced form (what torch.onnx.export records) computes otherwise
+    than its eager form, as torchvision's keypoint decoding does under tracing."""
+
+    def stride(self) -> float:
+        return 4.5 if torch.jit.is_tracing() else 4.0

@@ -179,6 +179,18 @@ def test_import_detector_scripted_differs_from_eager_named_not_blessed(tiny_dete
         result.report["summary"]
 
 
+def test_import_detector_export_differs_from_torch_named_not_blessed(tiny_state_dict,
+                                                                     tmp_path):
+    config = ImporterConfig(source_path=tiny_state_dict,
+                            module_class="detector_models:TinyYoloTracedOtherwise",
+                            task=detection.TASK_DETECTION)
+    result = convert.import_model(config, str(tmp_path / "out"), batch_sizes=(3,))
+    assert not result.blessed
+    by_ref = {c["reference"]: c["verdict"] for c in result.report["checks"]}
+    assert by_ref == {"torch": detection_verify.EXPORT_DIFFERS, "onnxruntime": "equal"}
+    assert "torch's own ONNX export differs from torch" in result.report["summary"]
+
+
 def test_import_detector_torchscript_other_kwargs_refused_naming_setting(tiny_detector,
                                                                          tmp_path):
     import torch
@@ -231,6 +243,19 @@ def test_detection_compare_swapped_tie_tie_order_verdict():
     assert check["tied_rows"] == [0, 1]
     got["scores"] = np.array([.5, .3], np.float32)
     assert detection_verify.compare(want, got)["verdict"] == "differs"
+
+
+def test_detection_compare_keypoint_scores_within_their_own_magnitude():
+    want = {"boxes": np.array([[0., 0, 40, 40]]), "labels": np.array([1]),
+            "scores": np.array([.9], np.float32),
+            "keypoints": np.array([[[10., 12], [20, 22]]]),
+            "keypoints_scores": np.array([[50., 31]], np.float32)}
+    close = {**want, "keypoints_scores": want["keypoints_scores"] + 0.02}
+    assert detection_verify.compare(want, close)["verdict"] == "equal"
+    far = {**want, "keypoints_scores": want["keypoints_scores"] + 0.2}
+    assert detection_verify.compare(want, far)["verdict"] == "differs"
+    moved = {**want, "keypoints": want["keypoints"] + [[[4., 0], [0, 0]]]}
+    assert detection_verify.compare(want, moved)["verdict"] == "differs"
 
 
 def test_detection_compare_count_differs_named():
