@@ -125,7 +125,7 @@ def main() -> None:
         batching = open(os.path.join(base, base_layout.BATCHING_FILE)).read()
         row["serving_files"] = {
             "warmup_requests": shapes,
-            "models_config": [{"name": c.name, "base_path": os.path.relpath(c.base_path, base)}
+            "models_config": [{"name": c.name, "base_path": c.base_path}
                               for c in config.model_config_list.config],
             "batching_parameters": batching.strip().splitlines()}
 

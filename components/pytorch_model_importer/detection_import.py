@@ -140,7 +140,8 @@ def import_detector(job, output_dir: str, shown_source: ModelSource,
                       "keypoints_scores": "atol x max(1, largest keypoint score)",
                       "scores": "atol", "labels_and_counts": "exact",
                       "masks": f"pixels > {detection_verify.MASK_THRESHOLD}, at most "
-                               f"{detection_verify.MASK_FLIPS:.1%} of a mask's pixels flip",
+                               f"{detection_verify.MASK_FLIPS:.1%} of a mask's pixels flip "
+                               "(a pixel within atol of the threshold may)",
                       "ties": f"scores within {detection_verify.TIE_ATOL} may swap order "
                               "(verdict tie-order, said in the summary)"},
         "inputs_from": "generated images (smooth random fields plus noise)",

@@ -258,6 +258,17 @@ def test_detection_compare_keypoint_scores_within_their_own_magnitude():
     assert detection_verify.compare(want, moved)["verdict"] == "differs"
 
 
+def test_detection_compare_mask_flips_at_threshold_rounding_only_pass():
+    base = np.full((1, 1, 20, 20), 0.9, np.float32)
+    base[0, 0, :10] = 0.5004  # near the threshold: float32 rounding may flip these
+    want = {"boxes": np.array([[0., 0, 20, 20]]), "labels": np.array([1]),
+            "scores": np.array([.9], np.float32), "masks": base}
+    rounded = {**want, "masks": np.where(base < 0.6, np.float32(0.4999), base)}
+    assert detection_verify.compare(want, rounded)["verdict"] == "equal"
+    flipped = {**want, "masks": np.where(base > 0.6, np.float32(0.2), base)}
+    assert detection_verify.compare(want, flipped)["verdict"] == "differs"
+
+
 def test_detection_compare_count_differs_named():
     want = {"boxes": np.zeros((2, 4)), "labels": np.array([1, 1]),
             "scores": np.array([.9, .8], np.float32)}
