@@ -139,15 +139,22 @@ def hand_over(built: Built, form: str, folder: str, name: str):
         return ModelSource("torchscript", path, built.module_class, built.module_kwargs)
     if form == "onnx":
         path = os.path.join(folder, f"{name}.onnx")
-        image = torch.rand(3, *CALIBRATION_SIZE, generator=torch.Generator().manual_seed(0))
-        with torch.no_grad():
-            outputs = list(built.module([image])[0])
-            torch.onnx.export(built.module, ([image],), path, opset_version=17,
-                              input_names=["image"], output_names=outputs, dynamo=False,
-                              dynamic_axes={"image": {1: "height", 2: "width"},
-                                            **{k: {0: "detections"} for k in outputs}})
+        export_onnx(built.module, path, CALIBRATION_SIZE)
         return ModelSource("onnx", path)
     raise ValueError(f"unknown hand-over form {form!r}")
+
+
+def export_onnx(module: nn.Module, path: str, hw) -> None:
+    """``torch.onnx.export(model, ([image],), ...)`` as torchvision documents it: one
+    ``[3, H, W]`` image of size ``hw`` traced, height, width and counts dynamic, the
+    outputs named by the dict's keys."""
+    image = torch.rand(3, *hw, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        outputs = list(module([image])[0])
+        torch.onnx.export(module, ([image],), path, opset_version=17,
+                          input_names=["image"], output_names=outputs, dynamo=False,
+                          dynamic_axes={"image": {1: "height", 2: "width"},
+                                        **{k: {0: "detections"} for k in outputs}})
 
 
 def import_row(built: Built, source, folder: str) -> dict:

@@ -151,7 +151,7 @@ def main() -> None:
         want = detection_verify.run_ort(onnx_path, images, raw, session)
         with np.load(out_file) as z:
             got = {k: z[k] for k in z.files}
-        verdicts = [detection_verify.compare(detection_verify._reference_form(want[i]),
+        verdicts = [detection_verify.compare(detection_verify.reference_form(want[i]),
                                              detection_verify.unpadded(got, i, (h, w), raw),
                                              detection_verify.DEFAULT_ATOL)
                     for i in range(len(images))]

@@ -71,7 +71,7 @@ def retime(source: str, kept: str, flags, budget_s: float) -> dict:
     """Input vs output in a fresh oneDNN-off process, interleaved: per batch size the
     p50s and the per-round ratio's median and sign-test bound."""
     fn = tf.saved_model.load(source).signatures["serving_default"]
-    specs = inputs.input_specs(source, fn)
+    specs = inputs.input_specs(fn, inputs.importer_report(source))
     feeds = {b: inputs.representative_inputs(specs, b, seed=1) for b in DEFAULT_BATCHES}
     latency, info = measure_worker.time_in_child(
         {"input": (source, []), "output": (kept, list(flags))}, feeds, budget_s,

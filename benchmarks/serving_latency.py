@@ -81,7 +81,9 @@ def export(name: str, cache: str) -> str:
     entry = serving_models.MODELS[name]
     model = serving_models.build(name)
     if entry.task == "detection":
-        _export_detector(model, path + ".tmp")
+        import catalog_detection
+
+        catalog_detection.export_onnx(model, path + ".tmp", serving_models.DETECTOR_HW)
         torch.save(model.state_dict(), os.path.join(folder, "state.pt"))
         os.replace(path + ".tmp", path)
         return path
@@ -95,20 +97,6 @@ def export(name: str, cache: str) -> str:
     torch.save(model.state_dict(), os.path.join(folder, "state.pt"))
     os.replace(path + ".tmp", path)
     return path
-
-
-def _export_detector(model, path: str) -> None:
-    """As torchvision documents it: one [3, H, W] image in, the dict's keys out."""
-    import torch
-
-    image = torch.rand(3, *serving_models.DETECTOR_HW,
-                       generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        names = list(model([image])[0])
-        torch.onnx.export(model, ([image],), path, opset_version=17, input_names=["image"],
-                          output_names=names, dynamo=False,
-                          dynamic_axes={"image": {1: "height", 2: "width"},
-                                        **{k: {0: "detections"} for k in names}})
 
 
 def prepare(name: str, variant: str, cache: str) -> dict:

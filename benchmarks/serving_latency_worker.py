@@ -66,9 +66,8 @@ class OrtBackend:
                                                        providers=["CPUExecutionProvider"])
         self.session = self.sessions["python"]
         self.names = [o.name for o in self.session.get_outputs()]
-        entry = _entry(args.name)
         # A detector's ONNX takes one image: a batch is its images one after another.
-        self.detections = entry.detections if entry.task == "detection" else 0
+        self.detections = _detections_per_image(args.name)
 
     def caller(self, feeds, path):
         session = self.sessions[path]
@@ -99,8 +98,7 @@ class TorchBackend:
         self.model.load_state_dict(torch.load(args.model, weights_only=True))
         self.inputs = [s.split(":")[0] for s in serving_models.MODELS[args.name].inputs]
         self.names = serving_models.MODELS[args.name].outputs
-        entry = serving_models.MODELS[args.name]
-        self.detections = entry.detections if entry.task == "detection" else 0
+        self.detections = _detections_per_image(args.name)
 
     def caller(self, feeds, path):
         if self.detections:  # torchvision's form: one list of [3, H, W] images
@@ -186,10 +184,13 @@ class TfBackend:
                         for op, us in by_type.most_common(12)]}
 
 
-def _entry(name: str):
+def _detections_per_image(name: str) -> int:
+    """K for a detector of serving_models.py (its outputs are compared padded to K),
+    0 for other models."""
     import serving_models
 
-    return serving_models.MODELS[name]
+    entry = serving_models.MODELS[name]
+    return entry.detections if entry.task == "detection" else 0
 
 
 BACKENDS = {"ort": OrtBackend, "torch": TorchBackend, "tf": TfBackend}

@@ -146,7 +146,7 @@ def unpadded(served: Dict[str, np.ndarray], index: int, hw: Tuple[int, int],
     return out
 
 
-def _reference_form(ref: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+def reference_form(ref: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     """A reference dict as the served one is compared: keypoints as (x, y) only
     (torchvision's third column is its visibility flag, always 1)."""
     out = dict(ref)
@@ -246,7 +246,7 @@ def verify(saved_model_dir: str, onnx_path: str, spec: TensorSpec, raw_names: Se
                         "error": f"{side}: {got if isinstance(got, str) else want}"})
                     continue
                 mine = unpadded(got, i, hw, raw_names)
-                check = {**row, **compare(_reference_form(want[i]), mine, atol)}
+                check = {**row, **compare(reference_form(want[i]), mine, atol)}
                 if (eager is not None and reference == "torch"
                         and check["verdict"] not in PASSING):
                     check = _against_eager(check, eager, batch, i, want[i], mine, atol)
@@ -267,8 +267,8 @@ def _against_export(check: dict, ort_check: dict, refs: dict, i: int, atol: floa
     if check["verdict"] in PASSING or check["verdict"] in ("error", SCRIPTED_DIFFERS) \
             or ort_check["verdict"] not in PASSING:
         return check
-    torch_vs_ort = compare(_reference_form(refs["torch"][i]),
-                           _reference_form(refs["onnxruntime"][i]), atol)["verdict"]
+    torch_vs_ort = compare(reference_form(refs["torch"][i]),
+                           reference_form(refs["onnxruntime"][i]), atol)["verdict"]
     if torch_vs_ort in PASSING:
         return check
     return {**check, "verdict": EXPORT_DIFFERS, "torch_verdict": check["verdict"]}
@@ -281,9 +281,9 @@ def _against_eager(check: dict, eager, batch: np.ndarray, i: int, scripted: dict
     ref = _guarded(lambda: run_torch(eager, batch[i:i + 1]))
     if isinstance(ref, str):
         return check
-    eager_ref = _reference_form(ref[0])
+    eager_ref = reference_form(ref[0])
     served_vs_eager = compare(eager_ref, served, atol)["verdict"]
-    scripted_vs_eager = compare(_reference_form(scripted), eager_ref, atol)["verdict"]
+    scripted_vs_eager = compare(reference_form(scripted), eager_ref, atol)["verdict"]
     if served_vs_eager in PASSING and scripted_vs_eager not in PASSING:
         return {**check, "verdict": SCRIPTED_DIFFERS, "scripted_verdict": check["verdict"],
                 "served_vs_eager": served_vs_eager}

@@ -22,7 +22,7 @@ def resolve_saved_model(path: str) -> str:
     return savedmodel.resolve_saved_model(path)
 
 
-def _importer_report(saved_model_dir: str) -> dict:
+def importer_report(saved_model_dir: str) -> dict:
     """The importer's report.json beside Format-Serving, or {} without one."""
     report = fs.join(fs.dirname(saved_model_dir.rstrip("/")), IMPORTER_REPORT)
     if not fs.exists(report):
@@ -31,23 +31,24 @@ def _importer_report(saved_model_dir: str) -> dict:
                             "Give the importer's Model folder as it wrote it.")
 
 
-def timing_batches(saved_model_dir: str) -> Tuple[int, ...]:
+def timing_batches(recorded: dict) -> Tuple[int, ...]:
     """The batch sizes to time and check at: DETECTION_BATCHES for a detector (the
-    importer's report has its ``detection`` section), else DEFAULT_BATCHES."""
-    if isinstance(_importer_report(saved_model_dir).get("detection"), dict):
+    importer's report, :func:`importer_report`, has its ``detection`` section), else
+    DEFAULT_BATCHES."""
+    if isinstance(recorded.get("detection"), dict):
         return DETECTION_BATCHES
     return DEFAULT_BATCHES
 
 
-def input_specs(saved_model_dir: str, fn):
+def input_specs(fn, recorded: dict):
     """The serving inputs as importer TensorSpecs, with value ranges when the importer
-    recorded them (report.json beside Format-Serving), so random inputs stay valid,
+    recorded them (``recorded``: its report, :func:`importer_report`), so random
+    inputs stay valid,
     and the sizes of its ``representative_inputs`` where the signature leaves sizes
     open (a detector's images), so timings run on the model's workload."""
     from tfx_bridge.artifacts import tensorspec
 
     declared = {}
-    recorded = _importer_report(saved_model_dir)
     for key in ("inputs", "representative_inputs"):
         for text in recorded.get(key) or []:
             spec = tensorspec.parse_input_spec(text)

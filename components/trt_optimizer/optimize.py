@@ -60,6 +60,7 @@ from tfx_bridge.components.trt_optimizer.config import OptimizerConfig
 from tfx_bridge.components.trt_optimizer.detect import Probe
 from tfx_bridge.components.trt_optimizer.errors import OptimizerConfigError
 from tfx_bridge.components.trt_optimizer.inputs import (
+    importer_report,
     input_specs,
     representative_inputs,
     resolve_saved_model,
@@ -194,8 +195,9 @@ def optimize_local(model_path: str, output_dir: str, config: Optional[OptimizerC
     start = time.perf_counter()
     original = tf.saved_model.load(source)
     fn = original.signatures[SERVING_SIGNATURE]
-    specs = input_specs(source, fn)
-    batches = tuple(batches or timing_batches(source))
+    recorded = importer_report(source)
+    specs = input_specs(fn, recorded)
+    batches = tuple(batches or timing_batches(recorded))
     bench_feeds = {b: representative_inputs(specs, b, seed=1, examples_dir=examples_dir)
                    for b in batches}
     held_out = {b: representative_inputs(specs, b, seed=2, examples_dir=examples_dir,

@@ -79,12 +79,17 @@ def test_import_detector_state_dict_od_api_signature_blessed(tiny_state_dict, tm
     assert shapes["raw"] == ["boxes", "labels", "scores"]
 
 
+def _import_at_batch_3(state_dict: str, module_class: str, tmp_path):
+    """The tiny detector's state_dict imported as ``module_class``, checked at batch 3."""
+    config = ImporterConfig(source_path=state_dict, module_class=module_class,
+                            task=detection.TASK_DETECTION)
+    return convert.import_model(config, str(tmp_path / "out"), batch_sizes=(3,))
+
+
 def test_import_detector_dict_scores_before_labels_outputs_named_by_key(tiny_state_dict,
                                                                         tmp_path):
-    config = ImporterConfig(source_path=tiny_state_dict,
-                            module_class="detector_models:TinyYoloScoresFirst",
-                            task=detection.TASK_DETECTION)
-    result = convert.import_model(config, str(tmp_path / "out"), batch_sizes=(3,))
+    result = _import_at_batch_3(tiny_state_dict, "detector_models:TinyYoloScoresFirst",
+                                tmp_path)
     assert result.blessed, result.report["summary"]
     assert result.report["detection"]["model_outputs"] == ["boxes", "scores", "labels"]
 
@@ -181,10 +186,8 @@ def test_import_detector_scripted_differs_from_eager_named_not_blessed(tiny_dete
 
 def test_import_detector_export_differs_from_torch_named_not_blessed(tiny_state_dict,
                                                                      tmp_path):
-    config = ImporterConfig(source_path=tiny_state_dict,
-                            module_class="detector_models:TinyYoloTracedOtherwise",
-                            task=detection.TASK_DETECTION)
-    result = convert.import_model(config, str(tmp_path / "out"), batch_sizes=(3,))
+    result = _import_at_batch_3(tiny_state_dict, "detector_models:TinyYoloTracedOtherwise",
+                                tmp_path)
     assert not result.blessed
     by_ref = {c["reference"]: c["verdict"] for c in result.report["checks"]}
     assert by_ref == {"torch": detection_verify.EXPORT_DIFFERS, "onnxruntime": "equal"}
