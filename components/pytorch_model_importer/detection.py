@@ -24,6 +24,7 @@ tensors (pixel boxes, int64 labels) out.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from typing import List, Optional, Sequence, Tuple
@@ -54,6 +55,10 @@ MASKS, KEYPOINTS, KEYPOINT_SCORES = ("detection_masks", "detection_keypoints",
 # The size of the sample image the export traces with (torchvision resizes every
 # image to its own min_size/max_size inside the graph, so any size exports the same).
 EXPORT_HW = (120, 150)
+# How the reference the export is checked against computes GeneralizedRCNNTransform's
+# resized size: an eager module in float64 from a float64 scale, a scripted one in
+# float64 from a float32 scale.
+RESIZE_EAGER, RESIZE_SCRIPTED = "eager", "scripted"
 
 
 def representative_input(spec: TensorSpec) -> str:
@@ -124,11 +129,69 @@ def detections_per_image(module, declared: Optional[int]) -> Tuple[int, str]:
     return declared, "max_detections"
 
 
+@contextlib.contextmanager
+def resize_as(reference: str):
+    """While torch traces the export, GeneralizedRCNNTransform resizes an image to the
+    size ``reference`` (RESIZE_EAGER or RESIZE_SCRIPTED) computes, as float64 ops in
+    the graph.
+
+    torchvision computes that size three ways: eagerly as floor(side * scale) in
+    float64; scripted the same but from a scale rounded to float32; under tracing in
+    float32 throughout. Traced as it is, the exported graph resizes some images one
+    pixel differently from the model handed over (97x131 at min_size 128 and max_size
+    160: 118x159 scripted, 118x160 eager), and every box, score and mask after it
+    differs. A fixed_size transform (SSD) has no such arithmetic and is left as is."""
+    import torch
+
+    if reference not in (RESIZE_EAGER, RESIZE_SCRIPTED):
+        raise ValueError(f"resize_as: {reference!r} is not {RESIZE_EAGER!r} or "
+                         f"{RESIZE_SCRIPTED!r}")
+    try:
+        from torchvision.models.detection import transform as tv_transform
+    except ImportError:  # a detector of its own, without torchvision's transform
+        yield
+        return
+    original = tv_transform._resize_image_and_masks
+
+    def resize(image, self_min_size, self_max_size, target=None, fixed_size=None):
+        if fixed_size is not None or target is not None \
+                or not torch._C._get_tracing_state():
+            return original(image, self_min_size, self_max_size, target, fixed_size)
+        hw = torch._shape_as_tensor(image)[-2:]
+        if reference == RESIZE_SCRIPTED:
+            # As torch.jit.script compiles `float / Tensor`: a float32 reciprocal times
+            # the float.
+            side = hw.to(torch.float32)
+            scale = torch.min(side.min().reciprocal() * float(self_min_size),
+                              side.max().reciprocal() * float(self_max_size))
+        else:
+            # Python's int / int: a float64 division (a float / Tensor would export as
+            # a reciprocal cast down to float32).
+            # One float64 division of vectors: the export casts a 0-d operand of a
+            # division down to float32.
+            sides = torch.stack([hw.min(), hw.max()]).to(torch.float64)
+            limits = torch.tensor([float(self_min_size), float(self_max_size)],
+                                  dtype=torch.float64)
+            scale = (limits / sides).min()
+        scale = scale.to(torch.float64)
+        size = torch.floor(hw.to(torch.float64) * scale).to(torch.int64)
+        resized = torch.nn.functional.interpolate(
+            image[None], size=[size[0], size[1]], mode="bilinear", align_corners=False)
+        return resized[0], target
+
+    tv_transform._resize_image_and_masks = resize
+    try:
+        yield
+    finally:
+        tv_transform._resize_image_and_masks = original
+
+
 def export_detector(module, path: str, opset: int,
-                    trace_warnings: Optional[list] = None) -> List[str]:
+                    trace_warnings: Optional[list] = None,
+                    reference: str = RESIZE_EAGER) -> List[str]:
     """torch.onnx.export as torchvision documents it for detectors: ``([image],)`` with
-    dynamic height, width and detection count. Returns the dict's keys (the graph's
-    output names)."""
+    dynamic height, width and detection count, the resize computed as ``reference``
+    computes it (``resize_as``). Returns the dict's keys (the graph's output names)."""
     import torch
 
     from tfx_bridge.components.pytorch_model_importer.source import lazy_onnx
@@ -153,7 +216,7 @@ def export_detector(module, path: str, opset: int,
     try:
         # torchvision's detectors trace their input checks (asserts on shapes): the
         # warnings are kept in the report, not printed.
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, resize_as(reference):
             warnings.simplefilter("always", torch.jit.TracerWarning)
             torch.onnx.export(module, ([image],), path, opset_version=opset,
                               input_names=[RAW_INPUT], output_names=names,

@@ -63,11 +63,14 @@ def import_detector(job, output_dir: str, shown_source: ModelSource,
     rebuilt = source.kind == SOURCE_TORCHSCRIPT and bool(source.module_class)
     exported_from = rebuilt_from_script(source, module) if rebuilt else module
     types = rewrite.module_types(exported_from) if module is not None else {}
+    # The export resizes images to the size the reference computes (detection.resize_as).
+    resized_as = detection.RESIZE_SCRIPTED if rebuilt else detection.RESIZE_EAGER
     with tempfile.TemporaryDirectory(prefix="tfx-bridge-import-") as work:
         onnx_path = os.path.join(work, "model.onnx")
         traced: List[str] = []
         if module is not None:
-            raw_names = detection.export_detector(exported_from, onnx_path, job.opset, traced)
+            raw_names = detection.export_detector(exported_from, onnx_path, job.opset,
+                                                  traced, resized_as)
             raw_input = detection.RAW_INPUT
         else:
             raw_input, raw_names = detection.onnx_io(source.path)
@@ -125,6 +128,9 @@ def import_detector(job, output_dir: str, shown_source: ModelSource,
             "classes": "the model's labels as float32 (torchvision: 0 is background)",
             "input_scale": f"{spec.dtype} in [0, 255], divided by 255 for the model",
             "padding": f"zeros after num_detections, to {k}",
+            # How torchvision's resized size is computed in the graph: as the eager or
+            # the scripted module computes it (None: the ONNX file's own graph).
+            "resize_size_as": resized_as if module is not None else None,
             # torch's TracerWarnings in the export (torchvision traces its input checks).
             "trace_warnings": traced,
         },

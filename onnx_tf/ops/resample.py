@@ -56,12 +56,19 @@ def _resize_axis(x, axis: int, in_len, out_len, scale, roi_start, roi_end, attrs
     f64 = tf.float64
     in_f = tf.cast(in_len, f64)
     out_int = tf.cast(out_len, f64)
-    xr = tf.cast(tf.range(tf.cast(out_len, tf.int64)), f64)
-    scale = tf.cast(scale, f64)
     # ONNX's reference uses the unrounded length in_len * scale where the spec says
     # "length_resized" (the node tests follow it); with sizes the two are equal.
-    out_f = in_f * scale
+    out_f = in_f * tf.cast(scale, f64)
     denom = tf.where(tf.equal(out_f, 1), tf.ones_like(out_f), out_f - 1)
+    # Interpolating float32 data, the source coordinates are computed in float32 from
+    # the float32 scale, as onnxruntime and torch compute them: exact (float64)
+    # coordinates sit up to 1e-4 away from both on a 480x640 frame, and a deep
+    # network after the resize carries that into its outputs. Nearest picks an index,
+    # where only exact coordinates round as the spec says.
+    coord = tf.float32 if mode != "nearest" and compute == tf.float32 else f64
+    in_f, out_int, out_f, denom = (tf.cast(v, coord) for v in (in_f, out_int, out_f, denom))
+    xr = tf.cast(tf.range(tf.cast(out_len, tf.int64)), coord)
+    scale = tf.cast(tf.cast(scale, tf.float32) if coord == tf.float32 else scale, coord)
     if ctm == "half_pixel":
         xo = (xr + 0.5) / scale - 0.5
     elif ctm == "half_pixel_symmetric":
@@ -79,7 +86,7 @@ def _resize_axis(x, axis: int, in_len, out_len, scale, roi_start, roi_end, attrs
     elif ctm == "tf_half_pixel_for_nn":
         xo = (xr + 0.5) / scale
     else:  # tf_crop_and_resize
-        start, end = tf.cast(roi_start, f64), tf.cast(roi_end, f64)
+        start, end = tf.cast(roi_start, coord), tf.cast(roi_end, coord)
         xo = tf.where(out_f > 1,
                       start * (in_f - 1) + xr * (end - start) * (in_f - 1)
                       / denom,

@@ -184,6 +184,55 @@ def test_import_detector_scripted_differs_from_eager_named_not_blessed(tiny_dete
         result.report["summary"]
 
 
+def test_import_detector_torchvision_rcnn_torchscript_resized_as_scripted_blessed(
+        monkeypatch, tmp_path):
+    """torchvision's scripted transform resizes 97x131 to 118x159 where the eager one
+    gives 118x160 (min_size 128, max_size 160): the export computes the size as the
+    scripted model handed over does, so the served model matches it."""
+    import torch
+
+    monkeypatch.syspath_prepend(HERE)
+    from detector_models import TinyRCNN
+
+    torch.manual_seed(0)
+    path = str(tmp_path / "rcnn.torchscript")
+    torch.jit.script(TinyRCNN().eval()).save(path)
+    config = ImporterConfig(source_kind="torchscript", source_path=path,
+                            module_class="detector_models:TinyRCNN",
+                            task=detection.TASK_DETECTION)
+    result = convert.import_model(config, str(tmp_path / "out"), batch_sizes=(1,))
+    assert result.blessed, result.report["summary"]
+    assert result.report["detection"]["resize_size_as"] == detection.RESIZE_SCRIPTED
+    assert [c["size"] for c in result.report["checks"]] == ["97x131", "97x131"]
+
+
+@pytest.mark.parametrize("reference", [detection.RESIZE_EAGER, detection.RESIZE_SCRIPTED])
+def test_detection_resize_as_exported_size_equals_reference_transform(reference, tmp_path):
+    import onnxruntime as ort
+    import torch
+    from torchvision.models.detection.transform import GeneralizedRCNNTransform
+
+    transform = GeneralizedRCNNTransform(128, 160, [0.0] * 3, [1.0] * 3, size_divisible=1)
+
+    class Resize(torch.nn.Module):
+        def forward(self, images):
+            return transform(images)[0].tensors[0]
+
+    path = str(tmp_path / "resize.onnx")
+    with detection.resize_as(reference):
+        torch.onnx.export(Resize(), ([torch.rand(3, 120, 150)],), path, opset_version=17,
+                          input_names=["image"], dynamic_axes={"image": {1: "h", 2: "w"}})
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    ref = torch.jit.script(transform) if reference == detection.RESIZE_SCRIPTED else transform
+    # Sizes where the scripted (float32 scale) and eager (float64) sizes differ, where
+    # a float32 computation differs from the eager one, and odd sizes around them.
+    for hw in [(97, 131), (481, 641), (333, 517), (120, 90), (111, 111), (37, 901)]:
+        image = torch.rand(3, *hw)
+        want = tuple(ref.resize(image, None)[0].shape[-2:])
+        got = session.run(None, {"image": image.numpy()})[0].shape[-2:]
+        assert tuple(got) == want, hw
+
+
 def test_import_detector_export_differs_from_torch_named_not_blessed(tiny_state_dict,
                                                                      tmp_path):
     result = _import_at_batch_3(tiny_state_dict, "detector_models:TinyYoloTracedOtherwise",
