@@ -170,8 +170,12 @@ def resize_as(reference: str):
             # One float64 division of vectors: the export casts a 0-d operand of a
             # division down to float32.
             sides = torch.stack([hw.min(), hw.max()]).to(torch.float64)
-            limits = torch.tensor([float(self_min_size), float(self_max_size)],
-                                  dtype=torch.float64)
+            with warnings.catch_warnings():
+                # The limits are the model's settings: constants in the graph, as
+                # torch warns they will be.
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                limits = torch.tensor([float(self_min_size), float(self_max_size)],
+                                      dtype=torch.float64)
             scale = (limits / sides).min()
         scale = scale.to(torch.float64)
         size = torch.floor(hw.to(torch.float64) * scale).to(torch.int64)
