@@ -165,10 +165,9 @@ def resize_as(reference: str):
             scale = torch.min(side.min().reciprocal() * float(self_min_size),
                               side.max().reciprocal() * float(self_max_size))
         else:
-            # Python's int / int: a float64 division (a float / Tensor would export as
-            # a reciprocal cast down to float32).
-            # One float64 division of vectors: the export casts a 0-d operand of a
-            # division down to float32.
+            # Python's int / int: a float64 division, written as one division of
+            # vectors (the export casts a 0-d operand of a division, or a float /
+            # Tensor's reciprocal, down to float32).
             sides = torch.stack([hw.min(), hw.max()]).to(torch.float64)
             with warnings.catch_warnings():
                 # The limits are the model's settings: constants in the graph, as
