@@ -363,6 +363,8 @@ class GraphRun:
         self.values: Dict[str, Any] = {}
         self.producers: Dict[str, Any] = {}  # value name -> the NodeProto that made it
         self.transposed: Dict[tuple, Any] = {}  # (tensor ref, perm) -> its transpose
+        # a MatMul's output ref -> (its 2-D product, output shape), see ops/matmul.py
+        self.flat_matmuls: Dict[Any, tuple] = {}
         # A subgraph's own value_info: its names may shadow the enclosing graph's.
         self.value_info: Dict[str, Any] = {}
 

@@ -26,6 +26,7 @@ from tfx_bridge.onnx_tf.ops.elementwise_util import (
     numeric_input,
     same_dtype,
 )
+from tfx_bridge.onnx_tf.ops.matmul import bias_after_matmul
 from tfx_bridge.onnx_tf.registry import op
 
 # --------------------------------------------------------------------------- arithmetic
@@ -33,6 +34,11 @@ from tfx_bridge.onnx_tf.registry import op
 
 @op("Add", attrs={**LEGACY_BCAST, **CONSUMED}, check=legacy_check)
 def add(node):
+    if not node.folding and node.opset >= 7:
+        for i in (0, 1):
+            fused = bias_after_matmul(node, node.inputs[1 - i], node.maybe_const(i))
+            if fused is not None:
+                return fused
     a, b = _binary(node)
     same_dtype(node, a, b)
     return _tf().math.add(a, b)

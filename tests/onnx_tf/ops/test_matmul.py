@@ -1,0 +1,86 @@
+"""MatMul of a rank >= 3 input by a 2-D weight (onnx_tf/ops/matmul.py): one 2-D MatMul
+on the flattened rows, and a constant bias added after it as that MatMul's BiasAdd, so
+the served graph runs what TF's CPU remapper fuses instead of a broadcast
+BatchMatMulV2; values match onnxruntime at odd shapes and batch 1.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="needs the [onnx] extra (onnx)")
+ort = pytest.importorskip("onnxruntime", reason="needs the [onnx] extra (onnxruntime)")
+
+import tensorflow as tf  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from tfx_bridge.onnx_tf import core  # noqa: E402
+
+RNG = np.random.default_rng(3)
+
+
+def _weight(name, shape):
+    return numpy_helper.from_array(RNG.uniform(-1, 1, shape).astype(np.float32), name)
+
+
+def _model(x_shape, bias_shape=(7,), bias_first=False, dynamic_k=False):
+    """x [x_shape] -> MatMul(W [K, 7]) -> Add(bias) -> Relu -> MatMul(W2 [7, 3]) -> y."""
+    k = x_shape[-1]
+    add_inputs = ["b", "mm"] if bias_first else ["mm", "b"]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]),
+             helper.make_node("Add", add_inputs, ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    inits = [_weight("w", [k, 7]), _weight("b", list(bias_shape)), _weight("w2", [7, 3])]
+    x_dims = list(x_shape[:-1]) + ["k" if dynamic_k else k]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "g", [x], [y], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return onnx.shape_inference.infer_shapes(model, data_prop=True)
+
+
+def _op_types(converted) -> list:
+    return [n.op for n in converted.serve.graph.as_graph_def().node]
+
+
+def _check(model, spec, shapes):
+    converted = core.convert(model, {"x": spec})
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for shape in shapes:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        got = converted.serve(tf.constant(x))["y"].numpy()
+        want = session.run(None, {"x": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    return _op_types(converted)
+
+
+@pytest.mark.parametrize("bias_shape,bias_first", [((7,), False), ((1, 1, 7), False),
+                                                   ((7,), True)])
+def test_matmul_rank3_by_weight_then_bias_is_2d_matmul_bias_add(bias_shape, bias_first):
+    model = _model(["batch", 5, 6], bias_shape, bias_first)
+    ops = _check(model, [None, 5, 6], [(1, 5, 6), (3, 5, 6)])
+    assert "BatchMatMulV2" not in ops
+    assert ops.count("MatMul") == 2 and ops.count("BiasAdd") == 1
+    assert "AddV2" not in ops
+
+
+def test_matmul_rank4_dynamic_lead_dims_matches_onnxruntime():
+    model = _model(["batch", "t", 2, 6])
+    ops = _check(model, [None, None, 2, 6], [(1, 1, 2, 6), (2, 9, 2, 6)])
+    assert "BatchMatMulV2" not in ops and "BiasAdd" in ops
+
+
+def test_matmul_bias_over_rows_not_fused_still_matches_onnxruntime():
+    # a [5, 7] addend varies over rows: a plain broadcast Add, not a BiasAdd
+    model = _model(["batch", 5, 6], (5, 7))
+    ops = _check(model, [None, 5, 6], [(1, 5, 6), (4, 5, 6)])
+    assert "BiasAdd" not in ops and "AddV2" in ops
+
+
+def test_matmul_unknown_inner_dim_matches_onnxruntime():
+    model = _model(["batch", 5, 6], dynamic_k=True)
+    ops = _check(model, [None, 5, None], [(2, 5, 6)])
+    assert "BatchMatMulV2" not in ops
