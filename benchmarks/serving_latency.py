@@ -72,6 +72,7 @@ def export(name: str, cache: str) -> str:
     import torch
 
     from tfx_bridge.artifacts import tensorspec
+    from tfx_bridge.components.pytorch_model_importer.export import module_rewrites
 
     folder = os.path.join(cache, name)
     path = os.path.join(folder, "model.onnx")
@@ -89,7 +90,9 @@ def export(name: str, cache: str) -> str:
         return path
     feeds = tensorspec.make_inputs(tensorspec.parse_input_specs(entry.inputs), 2)
     names = [s.split(":")[0] for s in entry.inputs]
-    with torch.no_grad():
+    # torch's fused attention kernel (taken under no_grad) has no ONNX export; the
+    # same math unfused does, as the importer exports it (module_rewrites.py)
+    with torch.no_grad(), module_rewrites.mha_fastpath_off():
         torch.onnx.export(model, tuple(torch.from_numpy(feeds[n]) for n in names),
                           path + ".tmp", input_names=names, output_names=entry.outputs,
                           dynamic_axes={n: {0: "batch"} for n in names + entry.outputs},

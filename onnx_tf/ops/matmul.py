@@ -47,7 +47,8 @@ def matmul(node):
     if ra == 0 or rb == 0:
         node.refuse("a scalar MatMul operand", "MatMul needs operands of rank >= 1")
     a, b = node.t(0), node.t(1)
-    if ra >= 3 and rb == 2 and not node.folding and node.dtype(0).is_floating:
+    k = node.shape(0)[-1]
+    if ra >= 3 and rb == 2 and not node.folding and node.dtype(0).is_floating and k:
         return _flat_matmul(node, a, b)
     # numpy semantics: a 1-D operand gets a unit dim that is removed afterwards
     if ra == 1:
@@ -65,8 +66,9 @@ def _flat_matmul(node, a, b):
     projections), and a 2-D MatMul is what the CPU remapper fuses with a BiasAdd. The
     product is remembered so that an ``Add`` of a bias after it becomes that BiasAdd."""
     tf = _tf()
+    # K is static and positive (a [-1, 0] reshape is ambiguous)
     k, n = node.shape(0)[-1], node.shape(1)[-1]
-    y2 = tf.linalg.matmul(tf.reshape(a, [-1, k if k is not None else tf.shape(a)[-1]]), b)
+    y2 = tf.linalg.matmul(tf.reshape(a, [-1, k]), b)
     lead = node.dyn_shape(0)[:-1]
     out_shape = (np.append(lead, n) if isinstance(lead, np.ndarray) and n is not None
                  else tf.concat([tf.cast(lead, tf.int64),
