@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List
 
+import torch
 from torch import nn
 
 SEQ_LEN = 8
@@ -42,3 +43,18 @@ class Built:
     module_kwargs: dict
     input_size: str
     params: int
+
+
+def fill_zero_weights(module, seed: int = SEED) -> List[str]:
+    """Every all-zero weight matrix or kernel of ``module`` (a head a builder
+    zero-initialises, as torchvision's ViT does) drawn from N(0, 0.02), seeded, in place;
+    the names filled. A trained model has no such tensor, and with one its output can
+    be a constant that every converter matches without computing anything."""
+    generator = torch.Generator().manual_seed(seed)
+    filled = []
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if p.dim() >= 2 and p.is_floating_point() and not bool(p.any()):
+                p.copy_(torch.randn(p.shape, generator=generator, dtype=p.dtype) * 0.02)
+                filled.append(name)
+    return filled

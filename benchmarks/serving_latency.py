@@ -244,9 +244,14 @@ def run_model(name: str, args) -> dict:
 
     entry = serving_models.MODELS[name]
     start = time.perf_counter()
-    onnx_path = export(name, args.cache)
     row: dict = {"model": name, "about": entry.about, "batches": list(entry.batches),
                  "prepare": {}}
+    try:
+        onnx_path = export(name, args.cache)
+    except Exception as e:  # noqa: BLE001 (a model torch cannot export: a recorded row)
+        row["errors"] = {"export": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+        row["seconds"] = round(time.perf_counter() - start, 1)
+        return row
     # onnx2tf makes no detection signature (images in, padded detections out).
     variants = [v for v in TF_VARIANTS if v not in args.skip
                 and not (entry.task == "detection" and v == "onnx2tf")]

@@ -12,6 +12,7 @@ import dataclasses
 from typing import Callable, Dict, List, Tuple
 
 import torch
+from catalog_base import fill_zero_weights
 from torch import nn
 
 SEQ = 128
@@ -177,7 +178,8 @@ MODELS: Dict[str, BenchModel] = {
 
 def trained_like(model: nn.Module, seed: int = 0) -> nn.Module:
     """Draws BatchNorm statistics and the biases torchvision initialises to zero at
-    random (seeded), in place.
+    random (seeded), and the weight matrices it initialises to zero (ViT's head: the
+    output would not depend on the input), in place.
 
     Untrained values (mean 0, var 1, scale 1, shift 0, zero biases) fold into all-zero
     convolution biases, which Grappler removes, so the Conv2D + BiasAdd pattern a
@@ -198,6 +200,7 @@ def trained_like(model: nn.Module, seed: int = 0) -> nn.Module:
                     module.bias is not None:
                 module.bias.copy_(torch.rand(module.bias.shape, generator=generator)
                                   * 0.2 - 0.1)
+    fill_zero_weights(model, seed)
     return model
 
 
