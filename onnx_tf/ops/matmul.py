@@ -49,7 +49,7 @@ def matmul(node):
     a, b = node.t(0), node.t(1)
     k = node.shape(0)[-1]
     if ra >= 3 and rb == 2 and not node.folding and node.dtype(0).is_floating and k:
-        return _flat_matmul(node, a, b)
+        return _flat_matmul(node, a, b, k, node.shape(1)[-1])
     # numpy semantics: a 1-D operand gets a unit dim that is removed afterwards
     if ra == 1:
         a = tf.expand_dims(a, 0)
@@ -60,14 +60,13 @@ def matmul(node):
     return tf.squeeze(y, squeeze) if squeeze else y
 
 
-def _flat_matmul(node, a, b):
+def _flat_matmul(node, a, b, k: int, n):
     """``[..., K] @ [K, N]`` as one 2-D MatMul on ``[-1, K]`` reshaped back: TF runs a
     broadcast BatchMatMulV2 as many small products (about 1.8x slower for a transformer's
     projections), and a 2-D MatMul is what the CPU remapper fuses with a BiasAdd. The
     product is remembered so that an ``Add`` of a bias after it becomes that BiasAdd."""
     tf = _tf()
     # K is static and positive (a [-1, 0] reshape is ambiguous)
-    k, n = node.shape(0)[-1], node.shape(1)[-1]
     y2 = tf.linalg.matmul(tf.reshape(a, [-1, k]), b)
     lead = node.dyn_shape(0)[:-1]
     out_shape = (np.append(lead, n) if isinstance(lead, np.ndarray) and n is not None
@@ -155,10 +154,45 @@ def _einsum_equation(node, equation: str, n_inputs: int) -> str:
     return ",".join(terms) + "->" + rhs
 
 
+def _linear_einsum(equation: str) -> Optional[bool]:
+    """For ``P k, k n -> P n`` (a Linear layer: P distinct letters or an ellipsis, the
+    weight's term ``kn`` or ``nk``): whether the weight is transposed (``nk``); else
+    None."""
+    lhs, rhs = equation.split("->")
+    a, b = lhs.split(",")
+    if len(b) != 2 or not a or a.endswith("."):
+        return None
+    k, prefix = a[-1], a[:-1]
+    if b[0] == k:
+        n, transposed = b[1], False
+    elif b[1] == k:
+        n, transposed = b[0], True
+    else:
+        return None
+    letters = prefix.replace("...", "")
+    if (k == n or k in letters or n in letters or len(set(letters)) != len(letters)
+            or rhs != prefix + n):
+        return None
+    return transposed
+
+
 @op("Einsum", attrs={"equation": REQUIRED}, since=12)
 def einsum(node):
     tf = _tf()
     equation = _einsum_equation(node, node.attr("equation"), node.n)
+    transposed = _linear_einsum(equation) if node.n == 2 else None
+    k = node.shape(0)[-1] if node.n == 2 else None
+    if (transposed is not None and not node.folding and node.dtype(0).is_floating and k
+            and node.rank(0) >= 2 and node.rank(1) == 2):
+        w = node.maybe_const(1)
+        if w is not None:
+            w = node.graph.converter.tensor(np.ascontiguousarray(w.T if transposed else w))
+        else:
+            w = tf.transpose(node.t(1)) if transposed else node.t(1)
+        n = node.shape(1)[0 if transposed else 1]
+        if node.rank(0) == 2:
+            return tf.linalg.matmul(node.t(0), w)
+        return _flat_matmul(node, node.t(0), w, k, n)
     xs = [node.t(i) for i in range(node.n)]
 
     def fn(*args):

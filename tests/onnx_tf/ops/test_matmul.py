@@ -85,3 +85,34 @@ def test_matmul_unknown_inner_dim_stays_batched_matches_onnxruntime():
     model = _model(["batch", 5, 6], dynamic_k=True)
     ops = _check(model, [None, 5, None], [(2, 5, 6)])
     assert "BatchMatMulV2" in ops
+
+
+def _einsum_model(equation, x_shape, w_shape):
+    nodes = [helper.make_node("Einsum", ["x", "w"], ["y"], equation=equation)]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "g", [x], [y], initializer=[_weight("w", w_shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return onnx.shape_inference.infer_shapes(model, data_prop=True)
+
+
+@pytest.mark.parametrize("equation,w_shape", [("bsk,kn->bsn", [6, 7]),
+                                              ("...k,nk->...n", [7, 6]),
+                                              ("bsk,nk->bsn", [7, 6])])
+def test_einsum_linear_contraction_is_2d_matmul_matches_onnxruntime(equation, w_shape):
+    model = _einsum_model(equation, ["batch", 5, 6], w_shape)
+    ops = _check(model, [None, 5, 6], [(1, 5, 6), (3, 5, 6)])
+    assert "Einsum" not in ops and "BatchMatMulV2" not in ops and "MatMul" in ops
+
+
+def test_einsum_rank2_linear_is_matmul_matches_onnxruntime():
+    model = _einsum_model("bk,kn->bn", ["batch", 6], [6, 7])
+    ops = _check(model, [None, 6], [(1, 6), (4, 6)])
+    assert "Einsum" not in ops and "MatMul" in ops
+
+
+@pytest.mark.parametrize("equation", ["bsk,kn->bns", "bsk,nk"])  # implicit: "bns"
+def test_einsum_other_output_order_keeps_einsum_matches_onnxruntime(equation):
+    model = _einsum_model(equation, ["batch", 5, 6], [6, 7] if "kn" in equation else [7, 6])
+    ops = _check(model, [None, 5, 6], [(2, 5, 6)])
+    assert "Einsum" in ops
