@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -62,8 +63,6 @@ def fill_zero_weights(module, seed: int = SEED) -> List[str]:
 
 def _input_independent(ref) -> bool:
     """True when every float output of a random batch has the same value in each row."""
-    import numpy as np
-
     floats = [r for r in ref if np.issubdtype(r.dtype, np.floating) and r.ndim and len(r) > 1]
     return bool(floats) and all(np.array_equal(r, np.broadcast_to(r[:1], r.shape))
                                 for r in floats)

@@ -181,9 +181,10 @@ def einsum(node):
     tf = _tf()
     equation = _einsum_equation(node, node.attr("equation"), node.n)
     transposed = _linear_einsum(equation) if node.n == 2 else None
-    k = node.shape(0)[-1] if node.n == 2 else None
-    if (transposed is not None and not node.folding and node.dtype(0).is_floating and k
-            and node.rank(0) >= 2 and node.rank(1) == 2):
+    # the first term is at least "k" here, so input 0 has a last axis
+    k = node.shape(0)[-1] if transposed is not None else None
+    if (k and not node.folding and node.dtype(0).is_floating and node.rank(0) >= 2
+            and node.rank(1) == 2):
         w = node.maybe_const(1)
         if w is not None:
             w = node.graph.converter.tensor(np.ascontiguousarray(w.T if transposed else w))

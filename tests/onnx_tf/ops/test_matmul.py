@@ -116,3 +116,19 @@ def test_einsum_other_output_order_keeps_einsum_matches_onnxruntime(equation):
     model = _einsum_model(equation, ["batch", 5, 6], [6, 7] if "kn" in equation else [7, 6])
     ops = _check(model, [None, 5, 6], [(2, 5, 6)])
     assert "Einsum" in ops
+
+
+def test_einsum_scalar_operand_keeps_einsum_matches_onnxruntime():
+    nodes = [helper.make_node("Einsum", ["s", "x"], ["y"], equation=",k->k")]
+    s = helper.make_tensor_value_info("s", TensorProto.FLOAT, [])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph(nodes, "g", [s, x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model = onnx.shape_inference.infer_shapes(model)
+    converted = core.convert(model)
+    feeds = {"s": np.array(1.5, np.float32), "x": RNG.standard_normal(6).astype(np.float32)}
+    got = converted.serve(**{k: tf.constant(v) for k, v in feeds.items()})["y"].numpy()
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
