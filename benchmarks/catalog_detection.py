@@ -175,6 +175,7 @@ def import_row(built: Built, source, folder: str) -> dict:
             by_ref[ref] = {
                 "passed": sum(c["verdict"] in detection_verify.PASSING for c in mine),
                 "tie_order": sum(c["verdict"] == detection_verify.TIE_ORDER for c in mine),
+                "pixel_boundary": sum(c["verdict"] == detection_verify.BOUNDARY for c in mine),
                 "checks": len(mine)}
     bad = [c for c in checks if c["verdict"] not in detection_verify.PASSING]
     message = None

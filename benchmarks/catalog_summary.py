@@ -175,9 +175,11 @@ def detection_table(rows: list) -> list:
             passed = sum(c["passed"] for c in checks.values())
             total = sum(c["checks"] for c in checks.values())
             ties = sum(c["tie_order"] for c in checks.values())
+            straddled = sum(c.get("pixel_boundary", 0) for c in checks.values())
             cell = r["status"].replace("_", " ")
             if total:
-                cell += f", {passed}/{total} checks" + (f" ({ties} tie-order)" if ties else "")
+                cell += (f", {passed}/{total} checks" + (f" ({ties} tie-order)" if ties else "")
+                         + (f" ({straddled} pixel-boundary)" if straddled else ""))
             if r["status"] != "verified":
                 cell += f": {(r.get('message') or '').split('; first: ')[-1][:90]}"
             cells.append(cell)

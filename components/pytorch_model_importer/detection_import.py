@@ -149,7 +149,10 @@ def import_detector(job, output_dir: str, shown_source: ModelSource,
                                f"{detection_verify.MASK_FLIPS:.1%} of a mask's pixels flip "
                                "(a pixel within atol of the threshold may)",
                       "ties": f"scores within {detection_verify.TIE_ATOL} may swap order "
-                              "(verdict tie-order, said in the summary)"},
+                              "(verdict tie-order, said in the summary)",
+                      "pixel_boundary": "a detection off only in its mask or keypoints, whose "
+                                        "two boxes (within tolerance) size them differently "
+                                        "(verdict pixel-boundary, said in the summary)"},
         "inputs_from": "generated images (smooth random fields plus noise)",
         "max_abs_error": _largest(checks, ("boxes", "scores")),
         "summary": summary,

@@ -16,8 +16,17 @@ or handed-over ONNX, image by image):
 Where detections differ only inside a group whose scores are equal within float
 rounding (two float32 computations of a tie may order it either way), the check
 says ``tie-order`` with the rows involved: the same detections, ordered
-differently. It blesses, and the report and the CLI's summary say so. No TFX
-imports.
+differently. It blesses, and the report and the CLI's summary say so.
+
+torchvision turns a box into an integer size twice: a mask is pasted into the box
+expanded by 30/28 and truncated to whole pixels, and a keypoint heatmap is decoded
+at the ceiling of the box's width and height in the resized frame. Two float32
+computations of a box that sits on such a pixel boundary may land on either side
+of it, and that detection's mask or keypoints then differ by a pixel's worth while
+its box, score and label agree. Where every detection out of place is off only in
+its mask or keypoints, and its two boxes (within tolerance) give different integer
+sizes, the check says ``pixel-boundary`` with the rows involved. It blesses and
+is said, as a tie is. No TFX imports.
 """
 from __future__ import annotations
 
@@ -51,12 +60,24 @@ SCRIPTED_DIFFERS = "scripted-differs-from-eager"
 # torch's own ONNX export disagrees with torch on an image, and the served model agrees
 # with onnxruntime on that export. Not a pass either.
 EXPORT_DIFFERS = "export-differs-from-torch"
-PASSING = (EQUAL, TIE_ORDER)
+# A detection whose box, within tolerance, lies across the pixel boundary that sizes its
+# pasted mask or decoded heatmap in the two computations (see the module's docstring).
+BOUNDARY = "pixel-boundary"
+PASSING = (EQUAL, TIE_ORDER, BOUNDARY)
+# torchvision's mask head: 28x28 masks, pasted into the box expanded by (28 + 2) / 28
+# (roi_heads.paste_masks_in_image, padding 1).
+MASK_SIDE = 28
+# Outputs an integer size derived from the box decides; the box itself must agree.
+BOUNDARY_OUTPUTS = {"masks": "mask", "keypoints": "heatmap", "keypoints_scores": "heatmap"}
 
 
 def compare(want: Dict[str, np.ndarray], got: Dict[str, np.ndarray],
-            atol: float = DEFAULT_ATOL) -> dict:
+            atol: float = DEFAULT_ATOL, resized: Optional[Tuple[float, float]] = None
+            ) -> dict:
     """One image's detections (torchvision's dict, pixel boxes) against the reference's.
+
+    ``resized``: the model's resized image size over the input's, (height, width), where
+    known: the frame in which keypoint heatmaps are sized.
 
     >>> w = {"boxes": np.array([[0., 0, 4, 4]]), "labels": np.array([3]),
     ...      "scores": np.array([.9], np.float32)}
@@ -72,6 +93,7 @@ def compare(want: Dict[str, np.ndarray], got: Dict[str, np.ndarray],
     group = (np.concatenate([[0], np.cumsum(np.diff(scores) < -TIE_ATOL)]) if len(scores)
              else np.zeros(0, int))
     off = np.zeros(len(scores), bool)
+    bad_by_output = {}
     scale = max(1.0, float(np.abs(want["boxes"]).max())) if len(want["boxes"]) else 1.0
     for key, w in want.items():
         g = np.asarray(got[key])
@@ -102,11 +124,15 @@ def compare(want: Dict[str, np.ndarray], got: Dict[str, np.ndarray],
             # largest box coordinate.
             own = max(1.0, float(np.abs(w).max()))
             bad = diff > atol * {"scores": 1.0, "keypoints_scores": own}.get(key, scale)
+        bad_by_output[key] = bad
         off |= bad
     if not off.any():
         return {**check, "verdict": EQUAL}
     if _same_within_ties(want, got, group, off, atol * scale):
         return {**check, "verdict": TIE_ORDER, "tied_rows": [int(i) for i in np.flatnonzero(off)]}
+    straddled = _across_pixel_boundary(want, got, bad_by_output, off, resized)
+    if straddled:
+        return {**check, "verdict": BOUNDARY, "boundary_rows": straddled}
     return {**check, "verdict": "differs", "rows_off": [int(i) for i in np.flatnonzero(off)][:20]}
 
 
@@ -124,6 +150,57 @@ def _same_within_ties(want, got, group, off, box_atol: float) -> bool:
         if not match.any():
             return False
     return True
+
+
+def _across_pixel_boundary(want, got, bad_by_output, off, resized) -> Optional[List[dict]]:
+    """Per detection out of place, what sizes its mask or heatmap in either box, where
+    every one is off only in such outputs and its two boxes size them differently;
+    otherwise None."""
+    rows = []
+    for i in np.flatnonzero(off):
+        outs = sorted(k for k, bad in bad_by_output.items() if bad[i])
+        if not outs or any(k not in BOUNDARY_OUTPUTS for k in outs):
+            return None
+        for kind in sorted({BOUNDARY_OUTPUTS[k] for k in outs}):
+            if kind == "mask":
+                sizes = [paste_box(b[i]) for b in (want["boxes"], got["boxes"])]
+            elif resized is None:
+                return None
+            else:
+                sizes = [heatmap_size(b[i], resized) for b in (want["boxes"], got["boxes"])]
+            if sizes[0] == sizes[1]:
+                return None
+            rows.append({"row": int(i), "outputs": outs, kind: sizes})
+    return rows
+
+
+def paste_box(box) -> List[int]:
+    """The whole-pixel box torchvision pastes a detection's mask into, from its pixel
+    box (x1, y1, x2, y2), in float32 as torchvision's ``expand_boxes`` computes it.
+
+    >>> paste_box([10.0, 20.0, 38.0, 48.0])
+    [9, 19, 39, 49]
+    """
+    b = np.asarray(box, np.float32)
+    half = np.float32(0.5)
+    scale = np.float32((MASK_SIDE + 2) / MASK_SIDE)
+    w_half, h_half = (b[2] - b[0]) * half * scale, (b[3] - b[1]) * half * scale
+    x_c, y_c = (b[2] + b[0]) * half, (b[3] + b[1]) * half
+    corners = np.array([x_c - w_half, y_c - h_half, x_c + w_half, y_c + h_half], np.float32)
+    return [int(v) for v in np.trunc(corners)]
+
+
+def heatmap_size(box, resized: Tuple[float, float]) -> List[int]:
+    """The (width, height) torchvision decodes a detection's keypoint heatmap at: the
+    ceiling of its box's sides in the resized frame, at least 1.
+
+    >>> heatmap_size([0.0, 0.0, 46.0, 20.0], (118 / 97, 1.0))
+    [46, 25]
+    """
+    b = np.asarray(box, np.float64)
+    width = max((b[2] - b[0]) * resized[1], 1.0)
+    height = max((b[3] - b[1]) * resized[0], 1.0)
+    return [int(np.ceil(width)), int(np.ceil(height))]
 
 
 def unpadded(served: Dict[str, np.ndarray], index: int, hw: Tuple[int, int],
@@ -233,6 +310,7 @@ def verify(saved_model_dir: str, onnx_path: str, spec: TensorSpec, raw_names: Se
         refs["onnxruntime"] = (ort_error if ort_error is not None else
                                _guarded(lambda b=batch: run_ort(onnx_path, b, raw_names,
                                                                 session)))
+        resized = [resized_ratio(module, im) for im in batch]
         found: Dict[str, List[dict]] = {}
         for reference, want in refs.items():
             found[reference] = []
@@ -246,20 +324,40 @@ def verify(saved_model_dir: str, onnx_path: str, spec: TensorSpec, raw_names: Se
                         "error": f"{side}: {got if isinstance(got, str) else want}"})
                     continue
                 mine = unpadded(got, i, hw, raw_names)
-                check = {**row, **compare(reference_form(want[i]), mine, atol)}
+                check = {**row, **compare(reference_form(want[i]), mine, atol, resized[i])}
                 if (eager is not None and reference == "torch"
                         and check["verdict"] not in PASSING):
-                    check = _against_eager(check, eager, batch, i, want[i], mine, atol)
+                    check = _against_eager(check, eager, batch, i, want[i], mine, atol,
+                                           resized[i])
                 found[reference].append(check)
         if "torch" in found:
-            found["torch"] = [_against_export(c, found["onnxruntime"][i], refs, i, atol)
+            found["torch"] = [_against_export(c, found["onnxruntime"][i], refs, i, atol,
+                                              resized[i])
                               for i, c in enumerate(found["torch"])]
         for reference_checks in found.values():
             checks.extend(reference_checks)
     return checks
 
 
-def _against_export(check: dict, ort_check: dict, refs: dict, i: int, atol: float) -> dict:
+def resized_ratio(module, image: np.ndarray) -> Optional[Tuple[float, float]]:
+    """The size torchvision's transform resizes ``image`` ([H, W, 3]) to, over its own
+    (height, width); None for a module without one (or none given)."""
+    transform = getattr(module, "transform", None)
+    if transform is None:
+        return None
+    import torch
+
+    chw = torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))).float() / 255.0
+    try:
+        with torch.no_grad():
+            h, w = transform([chw])[0].image_sizes[0]
+    except Exception:  # noqa: BLE001  (no resized frame: keypoints get no boundary verdict)
+        return None
+    return int(h) / image.shape[0], int(w) / image.shape[1]
+
+
+def _against_export(check: dict, ort_check: dict, refs: dict, i: int, atol: float,
+                    resized=None) -> dict:
     """A failed check against torch named EXPORT_DIFFERS where the served model matches
     onnxruntime on torch's own ONNX export and that export disagrees with torch: the
     difference is the export's (torchvision traces other code paths, e.g. its keypoint
@@ -268,22 +366,22 @@ def _against_export(check: dict, ort_check: dict, refs: dict, i: int, atol: floa
             or ort_check["verdict"] not in PASSING:
         return check
     torch_vs_ort = compare(reference_form(refs["torch"][i]),
-                           reference_form(refs["onnxruntime"][i]), atol)["verdict"]
+                           reference_form(refs["onnxruntime"][i]), atol, resized)["verdict"]
     if torch_vs_ort in PASSING:
         return check
     return {**check, "verdict": EXPORT_DIFFERS, "torch_verdict": check["verdict"]}
 
 
 def _against_eager(check: dict, eager, batch: np.ndarray, i: int, scripted: dict,
-                   served: dict, atol: float) -> dict:
+                   served: dict, atol: float, resized=None) -> dict:
     """``check`` (served vs the scripted module, failed) named SCRIPTED_DIFFERS where the
     eager rebuild disagrees with the scripted module and agrees with the served one."""
     ref = _guarded(lambda: run_torch(eager, batch[i:i + 1]))
     if isinstance(ref, str):
         return check
     eager_ref = reference_form(ref[0])
-    served_vs_eager = compare(eager_ref, served, atol)["verdict"]
-    scripted_vs_eager = compare(reference_form(scripted), eager_ref, atol)["verdict"]
+    served_vs_eager = compare(eager_ref, served, atol, resized)["verdict"]
+    scripted_vs_eager = compare(reference_form(scripted), eager_ref, atol, resized)["verdict"]
     if served_vs_eager in PASSING and scripted_vs_eager not in PASSING:
         return {**check, "verdict": SCRIPTED_DIFFERS, "scripted_verdict": check["verdict"],
                 "served_vs_eager": served_vs_eager}
@@ -298,14 +396,19 @@ def _guarded(run):
 
 
 def summary(checks: Sequence[dict]) -> str:
-    """One line: how many image checks passed, and how many of those by tie order."""
+    """One line: how many image checks passed, and how many of those by tie order or
+    across a pixel boundary."""
     passed = [c for c in checks if c["verdict"] in PASSING]
     ties = [c for c in passed if c["verdict"] == TIE_ORDER]
+    straddled = [c for c in passed if c["verdict"] == BOUNDARY]
     scripted = [c for c in checks if c["verdict"] == SCRIPTED_DIFFERS]
     exported = [c for c in checks if c["verdict"] == EXPORT_DIFFERS]
     return (f"{len(passed)} of {len(checks)} image checks passed"
             + (f" ({len(ties)} with detections of equal scores in another order)"
                if ties else "")
+            + (f" ({len(straddled)} with a detection whose box, within tolerance, lies "
+               "across the pixel boundary that sizes its mask or keypoint heatmap: that "
+               "output differs by a pixel's worth)" if straddled else "")
             + (f"; on {len(scripted)} image(s) the scripted model differs from the same "
                "weights run eagerly and the served model matches the eager run "
                "(torchvision's scripted code path, e.g. its resize rounding): hand over "
