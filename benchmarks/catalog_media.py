@@ -57,6 +57,8 @@ _MEDIA_OVERRIDES = {
     "swinv2": {"depths": [1, 1], "num_heads": [1, 2], "patch_size": 2},
     "donut-swin": {"depths": [1, 1], "num_heads": [1, 2], "patch_size": 2},
     "whisper": {"max_source_positions": 16, "max_target_positions": 16},
+    # MAE's encoder as a feature extractor: every patch kept (see TransformersMediaModel).
+    "vit_mae": {"mask_ratio": 0.0},
 }
 
 
@@ -198,9 +200,18 @@ class TransformersMediaModel(nn.Module):
         self.config = config
         self.model = model.eval()
         self.takes = _params(self.model.forward)
+        # A masked autoencoder shuffles its patches by noise it draws on every call:
+        # given as arange, the order is the patches' own and the output repeatable.
+        patches = getattr(getattr(getattr(self.model, "embeddings", None), "patch_embeddings",
+                                  None), "num_patches", None)
+        self.register_buffer("noise", torch.arange(float(patches))[None]
+                             if "noise" in self.takes and patches else None,
+                             persistent=False)
 
     def forward(self, main, attention_mask=None):
         kwargs = {}
+        if self.noise is not None:
+            kwargs["noise"] = self.noise.expand(main.shape[0], -1)
         if "attention_mask" in self.takes and attention_mask is not None:
             kwargs["attention_mask"] = attention_mask
         if "return_dict" in self.takes:
