@@ -183,6 +183,9 @@ def catalog_child(task: dict) -> None:
         source, failed = _handed_over(catalog.hand_over, built, task, tmp)
         if failed:
             return done(**failed)
+        bound = _batch_bound(source, specs)
+        if bound:
+            return done(status="handover_failed", message=bound)
         config = ImporterConfig.of_source(source, built.inputs, built.outputs, atol=atol,
                                           converter=task["converter"])
         try:
@@ -262,6 +265,57 @@ def catalog_child(task: dict) -> None:
          seconds=report.get("seconds"), max_abs_error=report.get("max_abs_error"),
          errors=errors, message=message,
          op=first["op"] if first else op_node(message or "")[0])
+
+
+# The batch catalog.hand_over traces and exports at.
+HANDOVER_BATCH = 3
+
+
+def _batch_bound(source, specs) -> Optional[str]:
+    """Why a traced hand-over (TorchScript, ONNX) is only the model at the batch it was
+    traced at: its own runtime (torch, onnxruntime) runs it at HANDOVER_BATCH and fails
+    at a verification batch size (a trace freezes what Python computed from its
+    example: split sizes, a list as long as the batch). None otherwise, and where the
+    runtime fails at the traced batch too (its own limitation, the importer's row)."""
+    if source.kind not in ("torchscript", "onnx"):
+        return None
+    runtime = "torch" if source.kind == "torchscript" else "onnxruntime"
+    try:
+        if source.kind == "torchscript":
+            module = torch.jit.load(source.path).eval()
+
+            def run(feeds):
+                return run_torch(module, feeds, specs)
+        else:
+            import onnxruntime as ort
+
+            session = ort.InferenceSession(source.path, providers=["CPUExecutionProvider"])
+            names = {i.name for i in session.get_inputs()}
+
+            def run(feeds):
+                return session.run(None, {k: v for k, v in feeds.items() if k in names})
+    except Exception:  # noqa: BLE001 (a file its runtime cannot load: the importer's row)
+        return None
+
+    def error_at(batch: int) -> Optional[str]:
+        try:
+            run(signature.make_inputs(specs, batch))
+        except Exception as e:  # noqa: BLE001 (the row records it)
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            last = lines[-1] if lines else ""
+            named = last.startswith(f"{type(e).__name__}: ")
+            return (last if named else f"{type(e).__name__}: {last}")[:300]
+        return None
+
+    if error_at(HANDOVER_BATCH) is not None:
+        return None
+    for batch in BATCHES:
+        error = error_at(batch)
+        if error is not None:
+            return (f"the traced {source.kind} runs in {runtime} at batch {HANDOVER_BATCH} "
+                    f"(its example's) but fails at batch {batch}: {error}: the trace froze "
+                    "values of its example batch, so it is not the model at other sizes")
+    return None
 
 
 def _handed_over(hand_over, built, task: dict, folder: str):

@@ -120,6 +120,30 @@ def test_export_scripted_graph_without_shapes_refused_naming_that_cause_and_othe
     assert "cast integer masks" not in str(e.value)
 
 
+class _SplitPerRow(torch.nn.Module):
+    """Splits its batch by sizes read with .tolist(): a trace freezes the example's."""
+
+    def forward(self, x):
+        sizes = (x[:, 0] > -10).long().tolist()
+        return torch.cat([part * (i + 1) for i, part in enumerate(torch.split(x, sizes))])
+
+
+def test_export_torchscript_traced_batch_frozen_refused_naming_batches_it_runs(tmp_path):
+    from tfx_bridge.components.pytorch_model_importer.errors import ModelSourceError
+    from tfx_bridge.components.pytorch_model_importer.export import stage
+
+    path = str(tmp_path / "split.pt")
+    with torch.no_grad():
+        torch.jit.trace(_SplitPerRow(), torch.zeros(3, 4), check_trace=False).save(path)
+    specs = signature.parse_input_specs(["x:float32:-1,4"])
+    with pytest.raises(ModelSourceError, match=r"torch itself cannot run this TorchScript "
+                       r"module at batch 32 \(RuntimeError: split_with_sizes.*\); it runs at "
+                       r"batch 3 of 1-8: torch\.jit\.trace froze.*--module-class") as e:
+        stage.export_onnx(torch.jit.load(path).eval(), specs, ["y"],
+                          str(tmp_path / "m.onnx"))
+    assert "keeps no tensor shapes" not in str(e.value)
+
+
 def test_export_failure_bitwise_op_on_integers_advises_bool_masks():
     from tfx_bridge.components.pytorch_model_importer.export import stage
 
