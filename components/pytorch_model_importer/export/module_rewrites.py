@@ -30,6 +30,9 @@ Imported only when a torch module is exported (torch is the ``onnx`` extra).
   (``_Map_base::at``); under no_grad in eval the backward never runs, so the
   ops ``forward`` records are the whole model. A Function with a ``symbolic``
   keeps it.
+- ``unregistered-parameters-frozen``: parameters of modules kept in a plain list
+  or dict (not registered, so not inputs of the traced graph) stop requiring grad
+  during the export, which the tracer demands of a constant.
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ MHA_FASTPATH_OFF = "mha-fastpath-off"
 EMBEDDING_BAG_DENSE = "embedding-bag-dense"
 MODEL_ONNX_EXPORT_PATH = "model-onnx-export-path"
 AUTOGRAD_FUNCTION_INLINED = "autograd-function-inlined"
+UNREGISTERED_PARAMETERS_FROZEN = "unregistered-parameters-frozen"
 # The config attribute transformers' models read to take their ONNX-export code path.
 ONNX_EXPORT_SWITCH = "onnx_export"
 
@@ -282,6 +286,81 @@ def autograd_functions_inlined() -> Iterator[List[str]]:
         yield inlined
     finally:
         function.apply = original
+
+
+# nn.Module's own bookkeeping: what it registered, walked through its accessors instead.
+_REGISTRY = ("_parameters", "_buffers", "_modules")
+
+
+def _unregistered_parameters(module: nn.Module) -> List[Tuple[str, nn.Parameter]]:
+    """Parameters that require grad and that ``module.parameters()`` does not list:
+    those of modules kept in a plain list, tuple or dict attribute (not an
+    nn.ModuleList), by attribute path."""
+    registered = {id(p) for p in module.parameters()}
+    found: List[Tuple[str, nn.Parameter]] = []
+    seen = set()
+
+    def walk(value, path: str, depth: int) -> None:
+        if id(value) in seen or depth > 4:
+            return
+        seen.add(id(value))
+        if isinstance(value, nn.Parameter):
+            pairs = [("", value)]
+        elif isinstance(value, nn.Module):
+            pairs = [(f".{n}", p) for n, p in value.named_parameters()]
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(item, f"{path}[{i}]", depth + 1)
+            return
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{path}[{key!r}]", depth + 1)
+            return
+        else:
+            return
+        for name, p in pairs:
+            if p.requires_grad and id(p) not in registered:
+                registered.add(id(p))
+                found.append((path + name, p))
+
+    for name, sub in module.named_modules():
+        for key, value in vars(sub).items():
+            if key not in _REGISTRY:
+                walk(value, f"{name}.{key}" if name else key, 0)
+    return found
+
+
+@contextlib.contextmanager
+def unregistered_parameters_frozen(module) -> Iterator[List[str]]:
+    """Parameters of modules held outside the module tree, as constants for the block.
+
+    torch's tracer records a registered parameter as an input of the graph and any
+    other tensor it meets as a constant, and refuses a constant that requires grad
+    ("Cannot insert a Tensor that requires grad as a constant"): a model that keeps
+    convolutions in a plain Python list cannot be exported as it is. Inference needs
+    no grad, so those parameters stop requiring it during the export (and require it
+    again after). Yields their attribute paths."""
+    found = _unregistered_parameters(module) if isinstance(module, nn.Module) \
+        and not isinstance(module, torch.jit.ScriptModule) else []
+    for _, p in found:
+        p.requires_grad_(False)
+    try:
+        yield [name for name, _ in found]
+    finally:
+        for _, p in found:
+            p.requires_grad_(True)
+
+
+def frozen_rewrites(frozen: List[str]) -> list:
+    """The import report's entry for :func:`unregistered_parameters_frozen` ([] for none)."""
+    from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
+
+    if not frozen:
+        return []
+    return [Rewrite(UNREGISTERED_PARAMETERS_FROZEN, frozen[:20],
+                    f"{len(frozen)} parameter(s) of modules kept outside the module tree "
+                    "(a plain list or dict, not nn.ModuleList) exported as constants: the "
+                    "tracer refuses a constant that requires grad, and inference needs none")]
 
 
 def rewrites(fastpath: List[str], inlined: List[str], export_paths: List[str],

@@ -171,6 +171,7 @@ def _export(module, args, inputs, output_names, path, opset, dynamic, trace_warn
             module_rewrites.model_export_paths(module) as export_paths, \
             module_rewrites.autograd_functions_inlined() as inlined, \
             module_rewrites.dense_embedding_bags(module) as (exported, bags), \
+            module_rewrites.unregistered_parameters_frozen(module) as frozen, \
             torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", torch.jit.TracerWarning)
         if not isinstance(exported, torch.jit.ScriptModule):
@@ -183,7 +184,7 @@ def _export(module, args, inputs, output_names, path, opset, dynamic, trace_warn
             raise
         except Exception as e:
             raise _ExportFailed(exported) from e
-    applied_symbolics = symbolic_rewrites.rewrites()
+    applied_symbolics = symbolic_rewrites.rewrites() + module_rewrites.frozen_rewrites(frozen)
     if trace_warnings is not None:
         trace_warnings.extend(_trace_warnings(caught, torch.jit.TracerWarning))
     return applied_symbolics, decomposed, fastpath, export_paths, inlined, bags

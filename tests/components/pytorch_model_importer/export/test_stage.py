@@ -215,3 +215,33 @@ def test_import_onnx_handover_without_unread_input_taken_and_ignored(tmp_path):
     assert sorted(served.structured_input_signature[1]) == ["ids", "mask"]
     with pytest.raises(ImporterConfigError, match=r"graph inputs are \['ids'\]"):
         convert.import_model(config(["tokens:int64:-1,3:0..9"]), str(tmp_path / "out2"))
+
+
+class ConvsInAPlainList(nn.Module):
+    """Keeps its convolutions in a Python list: their parameters are not the module's,
+    so the tracer meets them as constants that require grad."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Conv2d(3, 4, 1)
+        self.heads = [nn.Conv2d(4, 2, 1), nn.Conv2d(4, 2, 3, padding=1)]
+
+    def forward(self, x):
+        y = self.stem(x)
+        return sum(head(y) for head in self.heads)
+
+
+def test_export_unregistered_parameters_frozen_named_and_equal_to_torch(tmp_path):
+    module = ConvsInAPlainList().eval()
+    specs = signature.parse_input_specs(["x:float32:-1,3,5,7"])
+    path = str(tmp_path / "m.onnx")
+    applied = {r.kind: r.nodes for r in stage.export_onnx(module, specs, ["y"], path)}
+    assert applied[module_rewrites.UNREGISTERED_PARAMETERS_FROZEN] == [
+        "heads[0].weight", "heads[0].bias", "heads[1].weight", "heads[1].bias"]
+    assert all(p.requires_grad for head in module.heads for p in head.parameters())
+    x = np.random.default_rng(0).standard_normal((2, 3, 5, 7)).astype(np.float32)
+    got = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5)
