@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tfx_bridge.components.pytorch_model_importer import detection
+from tfx_bridge.components.pytorch_model_importer import detection, detection_boundary
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
 from tfx_bridge.components.pytorch_model_importer.verify import run_fresh
 from tfx_bridge.errors import short_message
@@ -64,13 +64,6 @@ EXPORT_DIFFERS = "export-differs-from-torch"
 # pasted mask or decoded heatmap in the two computations (see the module's docstring).
 BOUNDARY = "pixel-boundary"
 PASSING = (EQUAL, TIE_ORDER, BOUNDARY)
-# torchvision's mask head: 28x28 masks, pasted into the box expanded by (28 + 2) / 28
-# (roi_heads.paste_masks_in_image, padding 1).
-MASK_SIDE = 28
-# Outputs an integer size derived from the box decides; the box itself must agree.
-BOUNDARY_OUTPUTS = {"masks": "mask", "keypoints": "heatmap", "keypoints_scores": "heatmap"}
-
-
 def compare(want: Dict[str, np.ndarray], got: Dict[str, np.ndarray],
             atol: float = DEFAULT_ATOL, resized: Optional[Tuple[float, float]] = None
             ) -> dict:
@@ -130,7 +123,8 @@ def compare(want: Dict[str, np.ndarray], got: Dict[str, np.ndarray],
         return {**check, "verdict": EQUAL}
     if _same_within_ties(want, got, group, off, atol * scale):
         return {**check, "verdict": TIE_ORDER, "tied_rows": [int(i) for i in np.flatnonzero(off)]}
-    straddled = _across_pixel_boundary(want, got, bad_by_output, off, resized)
+    straddled = detection_boundary.across_pixel_boundary(want, got, bad_by_output, off,
+                                                         resized)
     if straddled:
         return {**check, "verdict": BOUNDARY, "boundary_rows": straddled}
     return {**check, "verdict": "differs", "rows_off": [int(i) for i in np.flatnonzero(off)][:20]}
@@ -150,57 +144,6 @@ def _same_within_ties(want, got, group, off, box_atol: float) -> bool:
         if not match.any():
             return False
     return True
-
-
-def _across_pixel_boundary(want, got, bad_by_output, off, resized) -> Optional[List[dict]]:
-    """Per detection out of place, what sizes its mask or heatmap in either box, where
-    every one is off only in such outputs and its two boxes size them differently;
-    otherwise None."""
-    rows = []
-    for i in np.flatnonzero(off):
-        outs = sorted(k for k, bad in bad_by_output.items() if bad[i])
-        if not outs or any(k not in BOUNDARY_OUTPUTS for k in outs):
-            return None
-        for kind in sorted({BOUNDARY_OUTPUTS[k] for k in outs}):
-            if kind == "mask":
-                sizes = [paste_box(b[i]) for b in (want["boxes"], got["boxes"])]
-            elif resized is None:
-                return None
-            else:
-                sizes = [heatmap_size(b[i], resized) for b in (want["boxes"], got["boxes"])]
-            if sizes[0] == sizes[1]:
-                return None
-            rows.append({"row": int(i), "outputs": outs, kind: sizes})
-    return rows
-
-
-def paste_box(box) -> List[int]:
-    """The whole-pixel box torchvision pastes a detection's mask into, from its pixel
-    box (x1, y1, x2, y2), in float32 as torchvision's ``expand_boxes`` computes it.
-
-    >>> paste_box([10.0, 20.0, 38.0, 48.0])
-    [9, 19, 39, 49]
-    """
-    b = np.asarray(box, np.float32)
-    half = np.float32(0.5)
-    scale = np.float32((MASK_SIDE + 2) / MASK_SIDE)
-    w_half, h_half = (b[2] - b[0]) * half * scale, (b[3] - b[1]) * half * scale
-    x_c, y_c = (b[2] + b[0]) * half, (b[3] + b[1]) * half
-    corners = np.array([x_c - w_half, y_c - h_half, x_c + w_half, y_c + h_half], np.float32)
-    return [int(v) for v in np.trunc(corners)]
-
-
-def heatmap_size(box, resized: Tuple[float, float]) -> List[int]:
-    """The (width, height) torchvision decodes a detection's keypoint heatmap at: the
-    ceiling of its box's sides in the resized frame, at least 1.
-
-    >>> heatmap_size([0.0, 0.0, 46.0, 20.0], (118 / 97, 1.0))
-    [46, 25]
-    """
-    b = np.asarray(box, np.float64)
-    width = max((b[2] - b[0]) * resized[1], 1.0)
-    height = max((b[3] - b[1]) * resized[0], 1.0)
-    return [int(np.ceil(width)), int(np.ceil(height))]
 
 
 def unpadded(served: Dict[str, np.ndarray], index: int, hw: Tuple[int, int],
@@ -310,7 +253,7 @@ def verify(saved_model_dir: str, onnx_path: str, spec: TensorSpec, raw_names: Se
         refs["onnxruntime"] = (ort_error if ort_error is not None else
                                _guarded(lambda b=batch: run_ort(onnx_path, b, raw_names,
                                                                 session)))
-        resized = [resized_ratio(module, im) for im in batch]
+        resized = [detection_boundary.resized_ratio(module, im) for im in batch]
         found: Dict[str, List[dict]] = {}
         for reference, want in refs.items():
             found[reference] = []
@@ -337,23 +280,6 @@ def verify(saved_model_dir: str, onnx_path: str, spec: TensorSpec, raw_names: Se
         for reference_checks in found.values():
             checks.extend(reference_checks)
     return checks
-
-
-def resized_ratio(module, image: np.ndarray) -> Optional[Tuple[float, float]]:
-    """The size torchvision's transform resizes ``image`` ([H, W, 3]) to, over its own
-    (height, width); None for a module without one (or none given)."""
-    transform = getattr(module, "transform", None)
-    if transform is None:
-        return None
-    import torch
-
-    chw = torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))).float() / 255.0
-    try:
-        with torch.no_grad():
-            h, w = transform([chw])[0].image_sizes[0]
-    except Exception:  # noqa: BLE001  (no resized frame: keypoints get no boundary verdict)
-        return None
-    return int(h) / image.shape[0], int(w) / image.shape[1]
 
 
 def _against_export(check: dict, ort_check: dict, refs: dict, i: int, atol: float,

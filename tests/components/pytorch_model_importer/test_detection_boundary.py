@@ -1,0 +1,57 @@
+"""Detections off only in a mask or keypoints whose box sits on the pixel boundary
+that sizes them: named pixel-boundary, and only then."""
+from __future__ import annotations
+
+import numpy as np
+
+from tfx_bridge.components.pytorch_model_importer import detection_boundary, detection_verify
+
+
+def _one_mask_detection(x2: float, right_col: int) -> dict:
+    mask = np.zeros((1, 1, 60, 60), np.float32)
+    mask[0, 0, 19:49, 9:right_col] = 0.9
+    return {"boxes": np.array([[10., 20, x2, 48]]), "labels": np.array([1]),
+            "scores": np.array([.9], np.float32), "masks": mask}
+
+
+def test_detection_compare_mask_box_across_paste_boundary_pixel_boundary_verdict():
+    # x2 = 38.9655 puts the expanded box's right edge at 40 px: the two boxes, 0.001 px
+    # apart, paste into 39 and 40 px wide boxes.
+    want, got = _one_mask_detection(38.9650, 40), _one_mask_detection(38.9660, 41)
+    assert detection_boundary.paste_box(want["boxes"][0]) != \
+        detection_boundary.paste_box(got["boxes"][0])
+    check = detection_verify.compare(want, got)
+    assert check["verdict"] == detection_verify.BOUNDARY
+    assert check["boundary_rows"] == [{"row": 0, "outputs": ["masks"],
+                                       "mask": [[8, 19, 39, 49], [8, 19, 40, 49]]}]
+    assert "pixel boundary" in detection_verify.summary([check])
+
+
+def test_detection_compare_mask_differs_same_paste_box_differs():
+    want, got = _one_mask_detection(30.0, 40), _one_mask_detection(30.001, 41)
+    assert detection_verify.compare(want, got)["verdict"] == "differs"
+
+
+def test_detection_compare_boundary_with_label_off_differs():
+    want, got = _one_mask_detection(38.9650, 40), _one_mask_detection(38.9660, 41)
+    got["labels"] = np.array([2])
+    assert detection_verify.compare(want, got)["verdict"] == "differs"
+
+
+def test_detection_compare_keypoint_heatmap_across_ceil_boundary_needs_resized_frame():
+    # 46.0337 and 46.0340 px high at 97 -> 118 rows: 55.9998 and 56.0002 in the resized
+    # frame, decoded on heatmaps 56 and 57 rows high.
+    def one(height, y):
+        return {"boxes": np.array([[5., 10, 40, 10 + height]]), "labels": np.array([1]),
+                "scores": np.array([.9], np.float32),
+                "keypoints": np.array([[[20., y]]]),
+                "keypoints_scores": np.array([[3.]], np.float32)}
+
+    want, got = one(46.0337, 30.0), one(46.0340, 34.0)
+    assert detection_verify.compare(want, got)["verdict"] == "differs"
+    resized = (118 / 97, 160 / 131)
+    check = detection_verify.compare(want, got, resized=resized)
+    assert check["verdict"] == detection_verify.BOUNDARY
+    assert check["boundary_rows"][0]["heatmap"] == [[43, 56], [43, 57]]
+    assert detection_verify.compare(one(46.0, 30.0), one(46.0003, 34.0),
+                                    resized=resized)["verdict"] == "differs"
