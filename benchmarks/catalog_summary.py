@@ -90,6 +90,19 @@ def catalog_summary(rows: list) -> str:
                 f"{level[family]['not_built'] if first else ''} | {handover} | {column(ours)} | "
                 f"{', '.join(f'{k} {v}' for k, v in used.most_common()) or '-'} | "
                 f"{column(plain)} |")
+    rates = []
+    for form in CATALOG_FORMS:
+        judged = [r for r in runs if r["form"] == form and r["converter_requested"] == "auto"
+                  and r["status"] != "handover_failed"]
+        if judged:
+            ok = sum(r["status"] == "verified" for r in judged)
+            rates.append(f"{form} {ok} of {len(judged)} ({100 * ok / len(judged):.1f}%)")
+    floors = sum(bool(r.get("atol_from")) for r in runs)
+    out += ["", "Verified per hand-over form (auto, every family; a hand-over that failed "
+            "is not a row with a verdict): " + ", ".join(rates) + "."
+            + (f" Tolerance: 1e-4 x max(1, output scale), or twice torch float32's own "
+               f"error against float64 on the verification's inputs where that is wider "
+               f"({floors} rows, `atol_from`)." if floors else "")]
     out += ["", "Failed: not equivalent, importer error, crash or timeout. Refused: the importer "
             "stopped with its message, nothing written. Unstable reference: not equivalent, "
             "and torch's own float32 output is off by more than the tolerance: against the "
