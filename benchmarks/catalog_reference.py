@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from tfx_bridge.components.pytorch_model_importer import signature
+from tfx_bridge.components.pytorch_model_importer.export.traced_batch import error_line
 from tfx_bridge.components.pytorch_model_importer.verify import run_torch
 
 BATCHES = (1, 7, 32)
@@ -16,9 +17,6 @@ BATCHES = (1, 7, 32)
 
 def torch_self_drift(module, specs, batch: int = 7):
     """Max |torch(batch) - torch(row by row)| over the first output, or None."""
-    import numpy as np
-    import torch
-
     try:
         feeds = signature.make_inputs(specs, batch)
         args = [torch.from_numpy(feeds[s.name]) for s in specs]
@@ -40,9 +38,7 @@ def float64_errors(module, specs, serving_dir: str, outputs, fp32, batch: int = 
     (``savedmodel_fp64_error``); {} when the model does not run in float64."""
     import copy
 
-    import numpy as np
     import tensorflow as tf
-    import torch
 
     feeds = signature.make_inputs(specs, batch)
     args = [torch.from_numpy(feeds[s.name]) for s in specs]
@@ -126,10 +122,7 @@ def batch_bound(source, specs) -> Optional[str]:
         try:
             run(signature.make_inputs(specs, batch))
         except Exception as e:  # noqa: BLE001 (the row records it)
-            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-            last = lines[-1] if lines else ""
-            named = last.startswith(f"{type(e).__name__}: ")
-            return (last if named else f"{type(e).__name__}: {last}")[:300]
+            return error_line(e)
         return None
 
     if error_at(HANDOVER_BATCH) is not None:

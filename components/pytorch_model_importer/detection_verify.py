@@ -18,15 +18,10 @@ rounding (two float32 computations of a tie may order it either way), the check
 says ``tie-order`` with the rows involved: the same detections, ordered
 differently. It blesses, and the report and the CLI's summary say so.
 
-torchvision turns a box into an integer size twice: a mask is pasted into the box
-expanded by 30/28 and truncated to whole pixels, and a keypoint heatmap is decoded
-at the ceiling of the box's width and height in the resized frame. Two float32
-computations of a box that sits on such a pixel boundary may land on either side
-of it, and that detection's mask or keypoints then differ by a pixel's worth while
-its box, score and label agree. Where every detection out of place is off only in
-its mask or keypoints, and its two boxes (within tolerance) give different integer
-sizes, the check says ``pixel-boundary`` with the rows involved. It blesses and
-is said, as a tie is. No TFX imports.
+Where every detection out of place is off only in its mask or keypoints, and its two
+boxes (within tolerance) give the integer sizes torchvision derives from a box
+differently (``detection_boundary.py``), the check says ``pixel-boundary`` with the
+rows involved. It blesses and is said, as a tie is. No TFX imports.
 """
 from __future__ import annotations
 
@@ -64,6 +59,8 @@ EXPORT_DIFFERS = "export-differs-from-torch"
 # pasted mask or decoded heatmap in the two computations (see the module's docstring).
 BOUNDARY = "pixel-boundary"
 PASSING = (EQUAL, TIE_ORDER, BOUNDARY)
+
+
 def compare(want: Dict[str, np.ndarray], got: Dict[str, np.ndarray],
             atol: float = DEFAULT_ATOL, resized: Optional[Tuple[float, float]] = None
             ) -> dict:
@@ -253,7 +250,9 @@ def verify(saved_model_dir: str, onnx_path: str, spec: TensorSpec, raw_names: Se
         refs["onnxruntime"] = (ort_error if ort_error is not None else
                                _guarded(lambda b=batch: run_ort(onnx_path, b, raw_names,
                                                                 session)))
-        resized = [detection_boundary.resized_ratio(module, im) for im in batch]
+        # Only keypoint heatmaps are sized in the resized frame.
+        resized = [detection_boundary.resized_ratio(module, im)
+                   if "keypoints" in raw_names else None for im in batch]
         found: Dict[str, List[dict]] = {}
         for reference, want in refs.items():
             found[reference] = []

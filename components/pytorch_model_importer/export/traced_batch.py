@@ -13,6 +13,22 @@ from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec, m
 from tfx_bridge.components.pytorch_model_importer.source import lazy_torch
 
 
+def error_line(error: Exception) -> str:
+    r"""A runtime's error as one line: its type and its last line (the TorchScript
+    interpreter's and onnxruntime's messages end with the cause).
+
+    >>> error_line(RuntimeError("in forward\nRuntimeError: shape '[1]' is invalid"))
+    "RuntimeError: shape '[1]' is invalid"
+    >>> error_line(ValueError("bad size"))
+    'ValueError: bad size'
+    """
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    last = lines[-1] if lines else ""
+    # The TorchScript interpreter's last line already names the error's type.
+    named = last.startswith(f"{type(error).__name__}: ")
+    return (last if named else f"{type(error).__name__}: {last}")[:300]
+
+
 def fails_in_torch(module, inputs: Sequence[TensorSpec], batch: int) -> Optional[str]:
     """For a TorchScript module torch itself cannot run at the export's batch size:
     the message naming that cause and the batch sizes (of 1-8) it does run at; else None.
@@ -30,11 +46,7 @@ def fails_in_torch(module, inputs: Sequence[TensorSpec], batch: int) -> Optional
             with torch.no_grad():
                 module(*[torch.from_numpy(feeds[s.name]) for s in inputs])
         except Exception as e:  # noqa: BLE001  (the cause is reported, not raised)
-            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-            last = lines[-1] if lines else ""
-            # The TorchScript interpreter's last line already names the error's type.
-            named = last.startswith(f"{type(e).__name__}: ")
-            return (last if named else f"{type(e).__name__}: {last}")[:300]
+            return error_line(e)
         return None
 
     error = error_at(batch)
