@@ -166,7 +166,15 @@ def catalog_child(task: dict) -> None:
                             "op": op_node(a.get("message") or "")[0]} for a in refusals]
     status = "verified" if result.blessed else "not_equivalent"
     first = None  # the first export finding onnxruntime named a node for
-    if not result.blessed and report.get("export_check"):
+    draws = report.get("random_draws")
+    if not result.blessed and draws:
+        # The model samples in its forward: the drawing node, op and module, and the fix.
+        from tfx_bridge.components.pytorch_model_importer import report as import_report
+
+        first = {"op": draws["op"], "node": draws["node"]}
+        row.update(random_draws=draws, node=draws["node"],
+                   export_cause=import_report.likely_cause(report)[:1500])
+    elif not result.blessed and report.get("export_check"):
         # onnxruntime on the exported ONNX already differs from torch: the export's fault,
         # named by node and module where onnxruntime raised (import report's likely cause).
         from tfx_bridge.components.pytorch_model_importer import report as import_report
@@ -175,6 +183,15 @@ def catalog_child(task: dict) -> None:
         row.update(export_check=report["export_check"][:6],
                    export_cause=import_report.likely_cause(report)[:1500],
                    node=first["node"] if first else None)
+    elif not result.blessed:
+        # An ONNX hand-over onnxruntime cannot run: the node it names, and why.
+        from tfx_bridge.components.pytorch_model_importer import report as import_report
+        from tfx_bridge.components.pytorch_model_importer.verify import ort_node
+
+        cause = import_report.likely_cause(report)
+        op, node = ort_node(message or "")
+        first = {"op": op, "node": node} if node else None
+        row.update(export_cause=cause[:1500] if cause else None, node=node)
     if not result.blessed:
         # A model whose float32 reference is itself off by more than the tolerance
         # cannot check any float32 converter at that tolerance: torch's outputs at

@@ -21,8 +21,13 @@ stages, one module each:
 5. verify.py: torch (for torch sources), onnxruntime and the SavedModel
    (loaded in a fresh process with oneDNN off) on the same inputs at batch
    sizes 1, 7 and 32; integer outputs must match exactly.
-6. report.py: report.json and report.md; source.py's ``Format-PyTorch/`` copy
-   and source digest.
+6. report.py: report.json and report.md, with the likely cause of a model that
+   does not verify (random_draws.py for a model that samples in its forward);
+   source.py's ``Format-PyTorch/`` copy and source digest.
+
+Size: only the orchestration of those stages (one attempt, its row-wise retry
+and the report's fields), which share the job's and the attempt's state; each
+stage's work lives in its own module.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 from tfx_bridge.components.pytorch_model_importer import (
     detection,
     detection_import,
+    random_draws,
     rewrite,
     to_tf,
     transform_wrap,
@@ -54,7 +60,7 @@ from tfx_bridge.components.pytorch_model_importer.export.stage import (
 )
 from tfx_bridge.components.pytorch_model_importer.report import write_report
 from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
-from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
+from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec, make_inputs
 from tfx_bridge.components.pytorch_model_importer.source import (
     SOURCE_ONNX,
     ModelSource,
@@ -258,6 +264,9 @@ def _import_local(job: _Job, output_dir: str, shown_source: ModelSource,
         # source; empty: the export is torch's computation at every batch checked).
         "export_check": (None if findings is None
                          else [dataclasses.asdict(f) for f in findings]),
+        # Random ops in the exported graph, where the reference differs from itself on
+        # one input (random_draws.py; None: blessed, or no draw found).
+        "random_draws": run.random_draws,
         # The converter that produced the served graph, and every one tried.
         "converter": conversion.converter,
         "conversion_attempts": conversion.attempts,
@@ -286,6 +295,7 @@ class _Attempt:
     feeds_from: Optional[str]
     real: Optional[dict]
     trace_warnings: Optional[List[str]]
+    random_draws: Optional[dict]
     started: float
     exported: float
     converted_at: float
@@ -367,8 +377,16 @@ def _attempt(job: _Job, module, types, work: str, serving_dir: str, output_dir: 
             f"{'torch and ' if module is not None else ''}onnxruntime in "
             f"{verified - converted_at:.1f}s: {sum(c.ok for c in checks)} of {len(checks)} "
             "checks passed")
+    draws = None
+    if not all(c.ok for c in checks):
+        one = make_inputs(inputs, 1)
+        draws = random_draws.stochastic_finding(
+            onnx_path, lambda op, node: rewrite.describe_node(op, node, types),
+            (lambda: run_torch(module, one, inputs)) if module is not None
+            else (lambda: run_ort(onnx_path, one)),
+            "torch" if module is not None else "onnxruntime")
     return _Attempt(rewrites, conversion, checks, findings, raw_inputs, chain, feeds_from,
-                    real, trace_warnings, started, exported, converted_at, verified)
+                    real, trace_warnings, draws, started, exported, converted_at, verified)
 
 
 def frozen_batch(checks, findings, atol: float, export_batch: int) -> bool:

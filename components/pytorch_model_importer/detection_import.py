@@ -152,7 +152,11 @@ def import_detector(job, output_dir: str, shown_source: ModelSource,
                               "(verdict tie-order, said in the summary)",
                       "pixel_boundary": "a detection off only in its mask or keypoints, whose "
                                         "two boxes (within tolerance) size them differently "
-                                        "(verdict pixel-boundary, said in the summary)"},
+                                        "(verdict pixel-boundary, said in the summary)",
+                      "float32_rounding": "torch's float32 run differs from the same module "
+                                          "in float64 and the served model matches the "
+                                          "float64 run (verdict float32-rounding, said in "
+                                          "the summary)"},
         "inputs_from": "generated images (smooth random fields plus noise)",
         "max_abs_error": _largest(checks, ("boxes", "scores")),
         "summary": summary,

@@ -21,7 +21,14 @@ differently. It blesses, and the report and the CLI's summary say so.
 Where every detection out of place is off only in its mask or keypoints, and its two
 boxes (within tolerance) give the integer sizes torchvision derives from a box
 differently (``detection_boundary.py``), the check says ``pixel-boundary`` with the
-rows involved. It blesses and is said, as a tie is. No TFX imports.
+rows involved. It blesses and is said, as a tie is.
+
+Where the served model misses torch but matches the same module run in float64, and
+torch's float32 run itself disagrees with its float64 run on that image, the check
+says ``float32-rounding``: torch's own float32 rounding took a discrete decision
+(a score against a threshold, an NMS overlap, a RoiAlign sample against the feature
+map's edge) the other way, and the served model follows the exact computation. It
+blesses and is said. No TFX imports.
 """
 from __future__ import annotations
 
@@ -58,7 +65,10 @@ EXPORT_DIFFERS = "export-differs-from-torch"
 # A detection whose box, within tolerance, lies across the pixel boundary that sizes its
 # pasted mask or decoded heatmap in the two computations (see the module's docstring).
 BOUNDARY = "pixel-boundary"
-PASSING = (EQUAL, TIE_ORDER, BOUNDARY)
+# torch's float32 run differs from its own float64 run on the image, and the served
+# model matches the float64 run (see the module's docstring).
+FLOAT32_ROUNDING = "float32-rounding"
+PASSING = (EQUAL, TIE_ORDER, BOUNDARY, FLOAT32_ROUNDING)
 
 
 def compare(want: Dict[str, np.ndarray], got: Dict[str, np.ndarray],
@@ -177,13 +187,14 @@ def batches(spec: TensorSpec, batch_sizes: Sequence[int]) -> List[np.ndarray]:
             for i, b in enumerate(batch_sizes)]
 
 
-def run_torch(module, images: np.ndarray) -> List[Dict[str, np.ndarray]]:
+def run_torch(module, images: np.ndarray, dtype: str = "float32"
+              ) -> List[Dict[str, np.ndarray]]:
     """The module on one batch's images as torchvision takes them (a list of
-    ``[3, H, W]`` floats in [0, 1])."""
+    ``[3, H, W]`` floats in [0, 1], of ``dtype``)."""
     import torch
 
-    chw = [torch.from_numpy(np.ascontiguousarray(im.transpose(2, 0, 1))).float() / 255.0
-           for im in images]
+    chw = [torch.from_numpy(np.ascontiguousarray(im.transpose(2, 0, 1))).to(
+        getattr(torch, dtype)) / 255.0 for im in images]
     with torch.no_grad():
         out = module(chw)
     if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], list):
@@ -242,6 +253,7 @@ def verify(saved_model_dir: str, onnx_path: str, spec: TensorSpec, raw_names: Se
     else:
         ort_error = None
     checks = []
+    in_float64 = _Float64(module)
     for batch, got in zip(images, served, strict=True):
         hw = (int(batch.shape[1]), int(batch.shape[2]))
         refs = {}
@@ -271,6 +283,9 @@ def verify(saved_model_dir: str, onnx_path: str, spec: TensorSpec, raw_names: Se
                         and check["verdict"] not in PASSING):
                     check = _against_eager(check, eager, batch, i, want[i], mine, atol,
                                            resized[i])
+                if reference == "torch" and check["verdict"] not in PASSING:
+                    check = _against_float64(check, in_float64, batch, i, want[i], mine,
+                                             atol, resized[i])
                 found[reference].append(check)
         if "torch" in found:
             found["torch"] = [_against_export(c, found["onnxruntime"][i], refs, i, atol,
@@ -313,6 +328,48 @@ def _against_eager(check: dict, eager, batch: np.ndarray, i: int, scripted: dict
     return check
 
 
+class _Float64:
+    """The reference module copied to float64 on first use (None: it does not convert
+    or run in float64, e.g. a scripted graph with float32 constants)."""
+
+    def __init__(self, module):
+        self.module, self.copy, self.tried = module, None, False
+
+    def run(self, images: np.ndarray):
+        if not self.tried:
+            self.tried = True
+            if self.module is not None:
+                import copy
+
+                try:
+                    self.copy = copy.deepcopy(self.module).double()
+                except Exception:  # noqa: BLE001  (no float64 reference: no verdict)
+                    self.copy = None
+        if self.copy is None:
+            return None
+        ref = _guarded(lambda: run_torch(self.copy, images, "float64"))
+        return None if isinstance(ref, str) else ref
+
+
+def _against_float64(check: dict, in_float64: _Float64, batch: np.ndarray, i: int,
+                     want: dict, served: dict, atol: float, resized=None) -> dict:
+    """``check`` (served vs torch, failed) named FLOAT32_ROUNDING where the same module
+    in float64 matches the served model and disagrees with torch's float32 run."""
+    if check["verdict"] in ("error", "shape"):
+        return check
+    ref = in_float64.run(batch[i:i + 1])
+    if ref is None:
+        return check
+    exact = {k: np.asarray(v) for k, v in reference_form(ref[0]).items()}
+    served_vs_float64 = compare(exact, served, atol, resized)
+    float32_vs_float64 = compare(exact, reference_form(want), atol, resized)["verdict"]
+    if served_vs_float64["verdict"] in PASSING and float32_vs_float64 not in PASSING:
+        return {**check, "verdict": FLOAT32_ROUNDING, "float32_verdict": check["verdict"],
+                "served_vs_float64": served_vs_float64["verdict"],
+                "float64_errors": served_vs_float64["errors"]}
+    return check
+
+
 def _guarded(run):
     try:
         return run()
@@ -321,19 +378,23 @@ def _guarded(run):
 
 
 def summary(checks: Sequence[dict]) -> str:
-    """One line: how many image checks passed, and how many of those by tie order or
-    across a pixel boundary."""
+    """One line: how many image checks passed, and how many of those by tie order,
+    across a pixel boundary or by torch's float32 rounding."""
     passed = [c for c in checks if c["verdict"] in PASSING]
     ties = [c for c in passed if c["verdict"] == TIE_ORDER]
     straddled = [c for c in passed if c["verdict"] == BOUNDARY]
     scripted = [c for c in checks if c["verdict"] == SCRIPTED_DIFFERS]
     exported = [c for c in checks if c["verdict"] == EXPORT_DIFFERS]
+    rounded = [c for c in passed if c["verdict"] == FLOAT32_ROUNDING]
     return (f"{len(passed)} of {len(checks)} image checks passed"
             + (f" ({len(ties)} with detections of equal scores in another order)"
                if ties else "")
             + (f" ({len(straddled)} with a detection whose box, within tolerance, lies "
                "across the pixel boundary that sizes its mask or keypoint heatmap: that "
                "output differs by a pixel's worth)" if straddled else "")
+            + (f" ({len(rounded)} where torch's float32 run differs from the same model "
+               "in float64 and the served model matches the float64 run: torch's own "
+               "rounding took a threshold the other way)" if rounded else "")
             + (f"; on {len(scripted)} image(s) the scripted model differs from the same "
                "weights run eagerly and the served model matches the eager run "
                "(torchvision's scripted code path, e.g. its resize rounding): hand over "

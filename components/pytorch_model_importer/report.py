@@ -5,6 +5,7 @@ import json
 from typing import Optional, Sequence
 
 from tfx_bridge.artifacts import layout
+from tfx_bridge.components.pytorch_model_importer import random_draws
 from tfx_bridge.storage import fs
 
 
@@ -75,12 +76,36 @@ def _export_faults(report: dict) -> Optional[str]:
                if faithful else ""))
 
 
+def _reference_fails(report: dict) -> Optional[str]:
+    """For an ONNX hand-over that onnxruntime cannot run at any batch: that, with the
+    node it names. onnxruntime is then the only reference, and there is none."""
+    if (report.get("source") or {}).get("kind") != "onnx":
+        return None
+    ort = [c for c in report["checks"] if c["reference"] == "onnxruntime"]
+    if not ort or not all(c.get("error") for c in ort):
+        return None
+    from tfx_bridge.components.pytorch_model_importer.verify import ort_node
+
+    error = ort[0]["error"]
+    op, node = ort_node(error)
+    at = f" at ONNX op {op} (node {node})" if node else ""
+    return (f"onnxruntime, the only reference an ONNX hand-over is checked against, cannot "
+            f"run this file{at}: {error[:300]}. Nothing verifies without a reference: hand "
+            "over the model's state_dict or TorchScript (torch becomes the reference), or "
+            "export an ONNX file that onnxruntime runs.")
+
+
 def likely_cause(report: dict) -> Optional[str]:
     """For a model that is not equivalent: what probably went wrong, where, and the fix,
     when the export itself is at fault (onnxruntime on the exported ONNX differs from
     torch, or torch traced Python branches on tensor values); else None."""
     if report["blessed"]:
         return None
+    if report.get("random_draws"):
+        return random_draws.cause(report["random_draws"]) + "."
+    unrunnable = _reference_fails(report)
+    if unrunnable:
+        return unrunnable
     export = _export_faults(report)
     traced = report.get("trace_warnings")
     if not export and not traced:

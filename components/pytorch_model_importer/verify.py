@@ -17,7 +17,7 @@ import json
 import os
 import re
 import tempfile
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -108,14 +108,33 @@ class ExportFinding:
     where: Optional[str] = None  # the node and the module it came from (convert.py fills it)
 
 
-# onnxruntime's form: "... while running Gather node. Name:'/model/layers.0/Gather_30' ..."
-_ORT_NODE = re.compile(r"running (\w+) node\. Name:'([^']*)'")
+# onnxruntime's forms: "... while running Gather node. Name:'/model/layers.0/Gather_30'",
+# "... implementation for ArgMin(13) node with name '/model/ArgMin'" (no kernel),
+# "Node (/model/If) Op (If) [TypeInferenceError] ..." (the file does not load).
+_ORT_NODE = (re.compile(r"running (\w+) node\. Name:'([^']*)'"),
+             re.compile(r"implementation for (\w+)\(\d+\) node with name '([^']*)'"),
+             re.compile(r"Node \(([^)]*)\) Op \((\w+)\)"))
+
+
+def ort_node(message: str) -> Tuple[Optional[str], Optional[str]]:
+    """(op, node) that an onnxruntime error names, or (None, None).
+
+    >>> ort_node("Could not find an implementation for ArgMin(13) node with name '/m/ArgMin'")
+    ('ArgMin', '/m/ArgMin')
+    >>> ort_node("Node (/m/If) Op (If) [TypeInferenceError] Graph attribute inferencing failed")
+    ('If', '/m/If')
+    """
+    for i, pattern in enumerate(_ORT_NODE):
+        found = pattern.search(message or "")
+        if found:
+            op, node = found.groups() if i < 2 else found.groups()[::-1]
+            return op, node
+    return None, None
 
 
 def _ort_failure(batch: int, error: Exception) -> ExportFinding:
-    found = _ORT_NODE.search(str(error))
-    return ExportFinding(batch, None, None, short_message(error),
-                         found.group(1) if found else None, found.group(2) if found else None)
+    op, node = ort_node(str(error))
+    return ExportFinding(batch, None, None, short_message(error), op, node)
 
 
 def _failed(batch: int, names: Sequence[str], reference: str, dtypes: Sequence[str],

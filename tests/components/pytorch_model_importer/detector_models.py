@@ -80,6 +80,17 @@ class TinyYoloTracedOtherwise(TinyYolo):
         return 4.5 if torch.jit.is_tracing() else 4.0
 
 
+class TinyYoloFloat32Flips(TinyYolo):
+    """TinyYolo whose eager float32 run decides otherwise than the same weights in
+    float64 and than its traced form, as a float32 rounding that takes a threshold the
+    other way does (a RoiAlign sample against the feature map's edge)."""
+
+    def stride(self) -> float:
+        eager_float32 = (not torch.jit.is_tracing()
+                         and self.pred.weight.dtype == torch.float32)
+        return 4.5 if eager_float32 else 4.0
+
+
 class TinyRCNN(torchvision.models.detection.FasterRCNN):
     """torchvision's Faster R-CNN (its GeneralizedRCNNTransform, RPN, RoiAlign and box
     head) on a one-layer backbone, small enough for a test."""

@@ -243,6 +243,38 @@ def test_import_detector_export_differs_from_torch_named_not_blessed(tiny_state_
     assert "torch's own ONNX export differs from torch" in result.report["summary"]
 
 
+def test_import_detector_torch_float32_off_float64_matches_float32_rounding_blessed(
+        tiny_state_dict, tmp_path):
+    result = _import_at_batch_3(tiny_state_dict, "detector_models:TinyYoloFloat32Flips",
+                                tmp_path)
+    assert result.blessed, result.report["summary"]
+    torch_check = next(c for c in result.report["checks"] if c["reference"] == "torch")
+    assert torch_check["verdict"] == detection_verify.FLOAT32_ROUNDING
+    assert torch_check["served_vs_float64"] == "equal"
+    assert "the served model matches the float64 run" in result.report["summary"]
+
+
+def test_detection_float64_reference_agreeing_with_float32_keeps_failure():
+    """The float64 run decides as torch's float32 one: the served model's difference
+    stays a failure."""
+    import torch
+
+    class Fixed(torch.nn.Module):
+        def forward(self, images):
+            return [{"boxes": torch.tensor([[0., 0, 4, 4]], dtype=im.dtype),
+                     "labels": torch.tensor([1]), "scores": torch.ones(1, dtype=im.dtype)}
+                    for im in images]
+
+    want = {"boxes": np.array([[0., 0, 4, 4]], np.float32), "labels": np.array([1]),
+            "scores": np.ones(1, np.float32)}
+    served = {**want, "boxes": np.array([[0., 0, 9, 9]])}
+    check = {"verdict": "differs"}
+    found = detection_verify._against_float64(
+        check, detection_verify._Float64(Fixed()), np.zeros((1, 8, 8, 3), np.uint8), 0,
+        want, served, 1e-3)
+    assert found is check
+
+
 def test_import_detector_torchscript_other_kwargs_refused_naming_setting(tiny_detector,
                                                                          tmp_path):
     import torch

@@ -159,3 +159,28 @@ def test_export_failure_bitwise_op_on_integers_advises_bool_masks():
                            "support exporting bitwise OR"), said
     assert said.endswith("Cause and fix: cast integer masks to bool before |, & or ~ on "
                          "that line."), said
+
+
+def test_import_onnx_onnxruntime_cannot_run_not_blessed_cause_names_node_and_fix(tmp_path):
+    """onnxruntime has no int64 ArgMin kernel: an ONNX hand-over with one has no
+    reference, and the likely cause says so, naming the node and the other forms."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from tfx_bridge.components.pytorch_model_importer import report
+
+    graph = helper.make_graph(
+        [helper.make_node("ArgMin", ["ids"], ["pos"], name="/router/ArgMin", axis=1)], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [None, 4])],
+        [helper.make_tensor_value_info("pos", TensorProto.INT64, [None, 1])])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    config = ImporterConfig(source_kind="onnx", source_path=path, inputs=["ids:int64:-1,4"],
+                            output_names=["pos"], converter="tfx-bridge")
+    result = convert.import_model(config, str(tmp_path / "model"), batch_sizes=(1, 3))
+    assert not result.blessed
+    cause = report.likely_cause(result.report)
+    assert cause.startswith("onnxruntime, the only reference an ONNX hand-over is checked "
+                            "against, cannot run this file at ONNX op ArgMin (node "
+                            "/router/ArgMin)")
+    assert "hand over the model's state_dict or TorchScript" in cause

@@ -244,3 +244,18 @@ class PoolIndicesNet(nn.Module):
 
     def forward(self, image):
         return self.features(image)
+
+
+class NoisyHead(nn.Module):
+    """A linear head that adds Gaussian noise in its forward, as VITS's flow and a
+    sampling head do: stochastic unless ``noise_scale`` is 0."""
+
+    def __init__(self, noise_scale: float = 0.5):
+        super().__init__()
+        self.noise_scale = noise_scale
+        self.proj = nn.Linear(6, 4)
+        self.sampler = nn.Identity()
+
+    def forward(self, x):
+        h = self.proj(x)
+        return h + self.sampler(torch.randn_like(h)) * self.noise_scale
