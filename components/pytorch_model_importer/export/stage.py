@@ -14,7 +14,7 @@ from tfx_bridge.components.pytorch_model_importer.errors import (
     ImporterError,
     ModelSourceError,
 )
-from tfx_bridge.components.pytorch_model_importer.export import traced_batch
+from tfx_bridge.components.pytorch_model_importer.export import model_frame, traced_batch
 from tfx_bridge.components.pytorch_model_importer.rewrite import Rewrite
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec, make_inputs
 from tfx_bridge.components.pytorch_model_importer.source import (
@@ -71,7 +71,9 @@ def export_onnx(module, inputs: Sequence[TensorSpec], output_names: Sequence[str
         e, exported = failed.__cause__, failed.exported
         failure = ModelSourceError(_export_failure(
             e, inputs, lambda kind: _locate(exported, args, kind),
-            script=isinstance(module, torch.jit.ScriptModule)))
+            script=isinstance(module, torch.jit.ScriptModule),
+            in_model=lambda: (model_frame.where(e, module),
+                              model_frame.runs_eagerly(module, args), batch)))
         unrunnable = traced_batch.fails_in_torch(module, inputs, batch)
         if unrunnable is not None:
             raise ModelSourceError(unrunnable) from e
@@ -198,7 +200,7 @@ def export_prefix(module) -> str:
 
 
 def _export_failure(error: Exception, inputs: Sequence[TensorSpec], locate=None,
-                    script: bool = False) -> str:
+                    script: bool = False, in_model=None) -> str:
     """What torch.onnx.export's error means for the user: the op, where the model
     calls it, the cause (a torch limitation, a shape the exporter cannot know, a
     TorchScript graph without shapes) and the fix for that cause.
@@ -206,6 +208,9 @@ def _export_failure(error: Exception, inputs: Sequence[TensorSpec], locate=None,
     ``locate(kind)``: where the model calls op ``kind`` ("at file:line in fn(),
     PyTorch module ..."), for torch's "Exporting the operator ... is not
     supported", which names neither. ``script``: the model came as TorchScript.
+    ``in_model()``: (where the model's own code raised, the error torch raises on the
+    same sample without the exporter or None, the sample's batch), for an error the
+    model's forward raised while traced.
     """
     text = str(error)
     first = next((ln for ln in text.splitlines() if ln.strip()), type(error).__name__)
@@ -248,10 +253,25 @@ def _export_failure(error: Exception, inputs: Sequence[TensorSpec], locate=None,
     if script:
         return (f"torch.onnx.export failed inside torch on this TorchScript graph "
                 f"({type(error).__name__}: {first[:300]}): {other_forms}.")
-    return (f"torch.onnx.export failed: {type(error).__name__}: {first[:500]}. Check the "
-            f"declared inputs ({', '.join(s.to_text() for s in inputs)}) match forward()'s "
-            "arguments in order, and write data-dependent control flow densely (e.g. top-k "
-            "gates as topk + gather).")
+    declared = ", ".join(s.to_text() for s in inputs)
+    line, eager, batch = in_model() if in_model is not None else (None, None, None)
+    if line is None:
+        return (f"torch.onnx.export failed: {type(error).__name__}: {first[:500]}. Cause: "
+                "raised outside the model's own code (in calling forward() or in torch's "
+                f"exporter). Check the declared inputs ({declared}) match forward()'s "
+                "arguments in order.")
+    if eager is not None:
+        cause = (f"the model's own code rejects the export's sample input ({declared} at "
+                 f"batch {batch}): torch raises {eager} on it without the exporter. "
+                 "Declare input shapes the model accepts (fixed sizes where its code "
+                 "needs them)")
+    else:
+        cause = ("that line runs eagerly on the same sample but fails under tracing (it "
+                 "takes another path when traced, or turns a tensor into a Python number "
+                 "the trace then fixes): write it with tensor ops, or export the model to "
+                 "ONNX yourself and hand over the file")
+    return (f"torch.onnx.export failed in the model's forward: {type(error).__name__}: "
+            f"{first[:300]} ({line}). Cause and fix: {cause}.")
 
 
 _SCOPE = re.compile(r"scope: (\S+)")
