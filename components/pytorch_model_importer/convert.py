@@ -43,6 +43,7 @@ from tfx_bridge.artifacts.savedmodel import EXAMPLE_SIGNATURE, SERVING_SIGNATURE
 from tfx_bridge.components.pytorch_model_importer import (
     detection,
     detection_import,
+    onnx_runs,
     random_draws,
     rewrite,
     to_tf,
@@ -50,6 +51,7 @@ from tfx_bridge.components.pytorch_model_importer import (
 )
 from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
 from tfx_bridge.components.pytorch_model_importer.digest import digest_settings, source_digest
+from tfx_bridge.components.pytorch_model_importer.errors import ConversionError, ModelSourceError
 from tfx_bridge.components.pytorch_model_importer.export.stage import (
     EXPORT_BATCH,
     UNUSED_INPUT,
@@ -330,8 +332,15 @@ def _attempt(job: _Job, module, types, work: str, serving_dir: str, output_dir: 
     exported = time.perf_counter()
     job.say(f"exported to ONNX{' (row by row)' if row_wise else ''} in "
             f"{exported - started:.1f}s" if module is not None else "read the ONNX file")
-    conversion = to_tf.to_saved_model(to_convert, work, inputs, types, job.converter,
-                                           job.graph_rewrites)
+    try:
+        conversion = to_tf.to_saved_model(to_convert, work, inputs, types, job.converter,
+                                          job.graph_rewrites)
+    except ConversionError as e:
+        broken = onnx_runs.failure(onnx_path, inputs,
+                                   lambda op, node: rewrite.describe_node(op, node, types))
+        if broken is None:
+            raise
+        raise ModelSourceError(onnx_runs.message(source.kind, broken, str(e))) from None
     rewrites += conversion.rewrites
     converted = conversion.saved_model
     if os.path.exists(serving_dir):

@@ -184,3 +184,36 @@ def test_import_onnx_onnxruntime_cannot_run_not_blessed_cause_names_node_and_fix
                             "against, cannot run this file at ONNX op ArgMin (node "
                             "/router/ArgMin)")
     assert "hand over the model's state_dict or TorchScript" in cause
+
+
+def test_import_onnx_file_broken_in_onnxruntime_too_refused_as_the_files_fault(tmp_path):
+    """An Expand to a size the export fixed (rotary embeddings exported at one config):
+    no converter takes it, and onnxruntime fails at the same node, so the refusal
+    names the node and blames the file, not the converter."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tfx_bridge.components.pytorch_model_importer.errors import ModelSourceError
+
+    consts = [helper.make_node("Constant", [], ["freq"], name="/rotary/Constant",
+                               value=numpy_helper.from_array(np.ones((1, 8, 1), np.float32))),
+              helper.make_node("Constant", [], ["shape"], name="/rotary/Constant_1",
+                               value=numpy_helper.from_array(np.array([1, 2, 1], np.int64)))]
+    graph = helper.make_graph(
+        [*consts, helper.make_node("Expand", ["freq", "shape"], ["e"], name="/rotary/Expand"),
+         helper.make_node("Mul", ["e", "x"], ["y"], name="/rotary/Mul")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 8, 1])])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    config = ImporterConfig(source_kind="onnx", source_path=path, inputs=["x:float32:-1,1,1"],
+                            output_names=["y"], converter="tfx-bridge")
+    with pytest.raises(ModelSourceError) as raised:
+        convert.import_model(config, str(tmp_path / "model"))
+    message = str(raised.value)
+    assert message.startswith("The ONNX file handed over does not run in onnxruntime either "
+                              "at ONNX op Expand (node /rotary/Expand")
+    assert "export it again with those axes dynamic, or hand over the state_dict" in message
+    assert "The converters' own refusal: The tfx-bridge converter cannot convert" in message
+    assert not os.path.exists(tmp_path / "model" / convert.SERVING_DIR)
