@@ -329,25 +329,20 @@ def _against_eager(check: dict, eager, batch: np.ndarray, i: int, scripted: dict
 
 
 class _Float64:
-    """The reference module copied to float64 on first use (None: it does not convert
-    or run in float64, e.g. a scripted graph with float32 constants)."""
+    """The reference module copied to float64 on first use; ``run`` gives None where it
+    does not convert or run in float64 (e.g. a scripted graph's float32 constants)."""
 
     def __init__(self, module):
         self.module, self.copy, self.tried = module, None, False
 
     def run(self, images: np.ndarray):
-        if not self.tried:
-            self.tried = True
-            if self.module is not None:
-                import copy
+        import copy
 
-                try:
-                    self.copy = copy.deepcopy(self.module).double()
-                except Exception:  # noqa: BLE001  (no float64 reference: no verdict)
-                    self.copy = None
-        if self.copy is None:
-            return None
-        ref = _guarded(lambda: run_torch(self.copy, images, "float64"))
+        if not self.tried and self.module is not None:
+            self.tried = True
+            self.copy = _guarded(lambda: copy.deepcopy(self.module).double())
+        ref = (_guarded(lambda: run_torch(self.copy, images, "float64"))
+               if self.copy is not None and not isinstance(self.copy, str) else None)
         return None if isinstance(ref, str) else ref
 
 
@@ -355,9 +350,7 @@ def _against_float64(check: dict, in_float64: _Float64, batch: np.ndarray, i: in
                      want: dict, served: dict, atol: float, resized=None) -> dict:
     """``check`` (served vs torch, failed) named FLOAT32_ROUNDING where the same module
     in float64 matches the served model and disagrees with torch's float32 run."""
-    if check["verdict"] in ("error", "shape"):
-        return check
-    ref = in_float64.run(batch[i:i + 1])
+    ref = None if check["verdict"] in ("error", "shape") else in_float64.run(batch[i:i + 1])
     if ref is None:
         return check
     exact = {k: np.asarray(v) for k, v in reference_form(ref[0]).items()}
