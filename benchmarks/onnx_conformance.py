@@ -174,7 +174,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         if not args.skip_ours:
             start = time.perf_counter()
             ours = run_column("convert", names, args.jobs, work)
-            timing["ours"] = f"{time.perf_counter() - start:.0f} s ({len(names)} cases)"
+            timing["ours"] = (f"{time.perf_counter() - start:.0f} s ({len(names)} cases, "
+                             f"{args.jobs} job(s))")
             for name, r in ours.items():
                 fresh[name].update(status=r["status"], detail=r["detail"],
                                    convert_s=r["convert_s"])
@@ -182,7 +183,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             todo = [n for n in names if args.onnx2tf_all or fresh[n]["torch"]]
             start = time.perf_counter()
             theirs = run_column("onnx2tf", todo, args.jobs, work)
-            timing["plain onnx2tf"] = f"{time.perf_counter() - start:.0f} s ({len(todo)} cases)"
+            timing["plain onnx2tf"] = (f"{time.perf_counter() - start:.0f} s ({len(todo)} "
+                                      f"cases, {args.jobs} job(s))")
             for name, r in theirs.items():
                 fresh[name].update(onnx2tf=r["status"], onnx2tf_detail=r["detail"])
     # Re-read: a run of the other column may have finished meanwhile; keep its fields.

@@ -109,8 +109,8 @@ def write_ops_md(rows: Dict[str, dict], derivation: dict, timing: dict,
         if other:
             lines.append(f"- Plain onnx2tf, other ops: {totals(other, 'onnx2tf', O2T_REFUSED)}.")
     if timing:
-        lines += ["", "Runtime of each column's last full run (the shared 2-core dev machine, "
-                         "2 jobs): " + "; ".join(
+        lines += ["", "Runtime of each column's last full run (the shared 2-core dev machine; "
+                         "runs before the job count was recorded used 2): " + "; ".join(
             f"{k} {v}" for k, v in timing.items()) + "."]
     lines += ["", "## Per op", "",
               "| op | torch emits it | cases (expanded) | passed | refused | failing "
