@@ -179,7 +179,8 @@ def catalog_child(task: dict) -> None:
         # named by node and module where onnxruntime raised (import report's likely cause).
         from tfx_bridge.components.pytorch_model_importer import report as import_report
 
-        first = next((f for f in report["export_check"] if f.get("node")), None)
+        first = next((f for f in report["export_check"] if f.get("node")
+                      and "NOT_IMPLEMENTED" not in (f.get("error") or "")), None)
         row.update(export_check=report["export_check"][:6],
                    export_cause=import_report.likely_cause(report)[:1500],
                    node=first["node"] if first else None)

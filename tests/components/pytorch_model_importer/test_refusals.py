@@ -217,3 +217,22 @@ def test_import_onnx_file_broken_in_onnxruntime_too_refused_as_the_files_fault(t
     assert "export it again with those axes dynamic, or hand over the state_dict" in message
     assert "The converters' own refusal: The tfx-bridge converter cannot convert" in message
     assert not os.path.exists(tmp_path / "model" / convert.SERVING_DIR)
+
+
+def test_likely_cause_onnxruntime_missing_kernel_not_blamed_on_export():
+    """onnxruntime without an int64 ArgMin kernel says nothing about the export: the
+    cause is the traced Python branch."""
+    from tfx_bridge.components.pytorch_model_importer import report
+
+    missing = {"batch": 1, "output": None, "max_abs": None, "op": "ArgMin",
+               "node": "/model/ArgMin", "where": "ONNX op ArgMin (node /model/ArgMin)",
+               "error": "NotImplemented: [ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could "
+                        "not find an implementation for ArgMin(13) node"}
+    base = {"blessed": False, "source": {"kind": "state_dict"}, "checks": [],
+            "trace_warnings": ["modeling.py:940: Converting a tensor to a Python boolean"]}
+    cause = report.likely_cause({**base, "export_check": [missing]})
+    assert cause.startswith("torch traced Python control flow on tensor values "
+                            "(TracerWarning) at modeling.py:940")
+    assert "not the torch model" not in cause
+    assert report.likely_cause({**base, "export_check": [missing], "trace_warnings": []}) \
+        is None
