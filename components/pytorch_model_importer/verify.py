@@ -72,16 +72,23 @@ def ort_session(onnx_path: str):
         import onnxruntime as ort
     except ImportError as e:
         raise missing_extra("onnxruntime", e) from e
+    def options():
+        made = ort.SessionOptions()
+        # Its errors come back as exceptions, said once in our messages; its own log
+        # would print them again on stderr.
+        made.log_severity_level = 4
+        return made
+
     try:
-        return ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(onnx_path, options(), providers=["CPUExecutionProvider"])
     except Exception:  # noqa: BLE001 (onnxruntime raises its own Fail/InvalidArgument kinds)
         # onnxruntime's graph optimizer rewrites some valid graphs into invalid ones
         # (MEGA's: "Node input ... is not a graph input ... or output of a previous
         # node"); its plain kernels, unoptimized, are the reference then. A graph it
         # cannot load either way raises as before.
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        return ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+        plain = options()
+        plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        return ort.InferenceSession(onnx_path, plain, providers=["CPUExecutionProvider"])
 
 
 def run_ort(onnx_path: str, feeds: Dict[str, np.ndarray], session=None) -> List[np.ndarray]:
