@@ -122,7 +122,9 @@ def catalog_child(task: dict) -> None:
                            float64_errors(built.module, specs, result.serving_dir,
                                            built.outputs, ref[0], max(BATCHES)))
         except ImporterError as e:
-            message = short_message(e)
+            # Our own refusal: one line, whole (what, where, cause and fix), not the
+            # first 300 characters a foreign error is cut to.
+            message = f"{type(e).__name__}: {' '.join(str(e).split())}"
             op, node = op_node(message)
             return done(status="refused", error_type=type(e).__name__, message=message[:1500],
                         op=op, node=node)
@@ -237,7 +239,9 @@ def _detection_child(task: dict, built, row: dict, done) -> None:
         try:
             fields = catalog_detection.import_row(built, source, tmp)
         except ImporterError as e:
-            message = short_message(e)
+            # Our own refusal: one line, whole (what, where, cause and fix), not the
+            # first 300 characters a foreign error is cut to.
+            message = f"{type(e).__name__}: {' '.join(str(e).split())}"
             op, node = op_node(message)
             return done(status="refused", error_type=type(e).__name__,
                         message=message[:1500], op=op, node=node)

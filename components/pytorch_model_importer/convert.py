@@ -51,7 +51,11 @@ from tfx_bridge.components.pytorch_model_importer import (
 )
 from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
 from tfx_bridge.components.pytorch_model_importer.digest import digest_settings, source_digest
-from tfx_bridge.components.pytorch_model_importer.errors import ConversionError, ModelSourceError
+from tfx_bridge.components.pytorch_model_importer.errors import (
+    ConversionError,
+    ImporterError,
+    ModelSourceError,
+)
 from tfx_bridge.components.pytorch_model_importer.export.stage import (
     EXPORT_BATCH,
     UNUSED_INPUT,
@@ -212,9 +216,13 @@ def _import_local(job: _Job, output_dir: str, shown_source: ModelSource,
             # batch). Rows are independent in inference, so the graph exported for one
             # row, run row by row, is the model; it must verify like any other.
             rows_work = os.path.join(work, "rows")
-            rows = _attempt(job, module, types, rows_work, os.path.join(rows_work, SERVING_DIR),
-                            rows_work, 1, row_wise=True)
-            if all(c.ok for c in rows.checks):
+            try:
+                rows = _attempt(job, module, types, rows_work,
+                                os.path.join(rows_work, SERVING_DIR), rows_work, 1,
+                                row_wise=True)
+            except ImporterError:
+                rows = None  # one row does not even export: the first attempt stands
+            if rows is not None and all(c.ok for c in rows.checks):
                 shutil.rmtree(serving_dir)
                 shutil.move(os.path.join(rows_work, SERVING_DIR), serving_dir)
                 rows.rewrites.append(Rewrite(

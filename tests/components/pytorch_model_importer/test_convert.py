@@ -288,3 +288,25 @@ def test_import_batch_frozen_model_served_row_wise_only_when_rows_verify(tmp_pat
         with torch.no_grad():
             want = module(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(serve(x=tf.constant(x))["y"].numpy(), want, atol=1e-5)
+
+
+def test_import_batch_frozen_model_rejecting_one_row_keeps_first_attempt_not_blessed(
+        tmp_path, zoo_imports):
+    """The one-row retry of a graph frozen at the export batch cannot export (the model
+    refuses a batch of 1): the import still completes with the first attempt, not
+    blessed, instead of being refused for the retry's failure."""
+    from zoo_models import PairedBatchLoop
+
+    torch.manual_seed(0)
+    path = tmp_path / "pairs.pt"
+    torch.save(PairedBatchLoop().state_dict(), path)
+    config = ImporterConfig(source_kind="state_dict", source_path=str(path),
+                            module_class="zoo_models:PairedBatchLoop",
+                            inputs=["x:float32:-1,4"], output_names=["y"])
+    result = convert.import_model(config, str(tmp_path / "model"))
+    assert not result.blessed
+    assert convert.ROW_WISE_SERVING not in [r["kind"] for r in result.report["rewrites"]]
+    assert result.report["row_wise_retry_after_s"] is None
+    at_export = [c for c in result.report["checks"]
+                 if c["reference"] == "torch" and c["batch"] == 32]
+    assert at_export and all(c["ok"] for c in at_export)

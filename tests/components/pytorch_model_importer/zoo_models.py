@@ -209,6 +209,16 @@ class BatchLoop(nn.Module):
         return torch.stack(rows)
 
 
+class PairedBatchLoop(BatchLoop):
+    """BatchLoop over frames that come in pairs (X-CLIP's clips of ``num_frames``): an
+    odd batch is refused by the model's own code, so it cannot export for one row."""
+
+    def forward(self, x):
+        if x.shape[0] % 2:
+            raise ValueError(f"frames come in pairs, got a batch of {x.shape[0]}")
+        return super().forward(x)
+
+
 class TorchvisionNet(nn.Module):
     """A torchvision classifier by builder name (``weights=None``, 10 classes, half width
     where the builder takes one), as a class a state_dict hand-over can name."""
