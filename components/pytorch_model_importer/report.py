@@ -78,6 +78,23 @@ def _export_faults(report: dict) -> Optional[str]:
                if faithful else ""))
 
 
+def _torch_rejects(report: dict) -> Optional[str]:
+    """Where torch itself raised on a check batch: the model does not take that input,
+    whatever any conversion does."""
+    from tfx_bridge.components.pytorch_model_importer.verify import REFERENCE_RAISED
+
+    raised = [c for c in report["checks"] if c["reference"] == "torch"
+              and (c.get("error") or "").startswith(REFERENCE_RAISED)]
+    if not raised:
+        return None
+    batches = sorted({c["batch"] for c in raised})
+    error = raised[0]["error"][len(REFERENCE_RAISED):]
+    return (f"torch itself raises on the check inputs at batch size(s) {batches}: "
+            f"{error[:300]}. The model does not take inputs of the declared shapes at "
+            "those batch sizes (e.g. frames that come in groups): declare the shapes it "
+            "accepts (a fixed batch size where its code needs one).")
+
+
 def _reference_fails(report: dict) -> Optional[str]:
     """For an ONNX hand-over that onnxruntime cannot run at any batch: that, with the
     node it names. onnxruntime is then the only reference, and there is none."""
@@ -105,6 +122,9 @@ def likely_cause(report: dict) -> Optional[str]:
         return None
     if report.get("random_draws"):
         return random_draws.cause(report["random_draws"]) + "."
+    rejected = _torch_rejects(report)
+    if rejected:
+        return rejected
     unrunnable = _reference_fails(report)
     if unrunnable:
         return unrunnable

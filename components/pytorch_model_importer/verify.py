@@ -99,6 +99,10 @@ def run_ort(onnx_path: str, feeds: Dict[str, np.ndarray], session=None) -> List[
     return session.run(None, {k: v for k, v in feeds.items() if k in wanted})
 
 
+# A check whose reference (torch, onnxruntime) raised on the batch, not the SavedModel.
+REFERENCE_RAISED = "the reference raised: "
+
+
 @dataclasses.dataclass
 class ExportFinding:
     """onnxruntime on the exported ONNX against torch, at one batch size: the export
@@ -241,6 +245,8 @@ def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],
                 refs.append((ref_name, [np.asarray(r) for r in run()]))
             except Exception as e:  # the reference itself cannot run this batch
                 failed = _failed(batch, output_names, ref_name, unknown, e)
+                for c in failed:  # the reference's own failure, told from the SavedModel's
+                    c.error = f"{REFERENCE_RAISED}{c.error}"
                 if ref_name == "onnxruntime" and refs and refs[0][0] == "torch":
                     # onnxruntime failing on the exported ONNX is its limitation, not the
                     # SavedModel's: torch, the source, still decides (and is checked).

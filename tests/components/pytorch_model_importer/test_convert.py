@@ -310,3 +310,8 @@ def test_import_batch_frozen_model_rejecting_one_row_keeps_first_attempt_not_ble
     at_export = [c for c in result.report["checks"]
                  if c["reference"] == "torch" and c["batch"] == 32]
     assert at_export and all(c["ok"] for c in at_export)
+    from tfx_bridge.components.pytorch_model_importer import report
+
+    assert report.likely_cause(result.report).startswith(
+        "torch itself raises on the check inputs at batch size(s) [1, 7]: ValueError: "
+        "frames come in pairs")
