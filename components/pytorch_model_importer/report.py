@@ -83,7 +83,7 @@ def _torch_rejects(report: dict) -> Optional[str]:
     whatever any conversion does."""
     from tfx_bridge.components.pytorch_model_importer.verify import REFERENCE_RAISED
 
-    raised = [c for c in report["checks"] if c["reference"] == "torch"
+    raised = [c for c in report.get("checks") or [] if c["reference"] == "torch"
               and (c.get("error") or "").startswith(REFERENCE_RAISED)]
     if not raised:
         return None
