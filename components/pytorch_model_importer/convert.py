@@ -400,7 +400,7 @@ def _attempt(job: _Job, module, types, work: str, serving_dir: str, output_dir: 
         draws = random_draws.stochastic_finding(
             onnx_path, lambda op, node: rewrite.describe_node(op, node, types),
             (lambda: run_torch(module, one, inputs)) if module is not None
-            else (lambda: run_ort(onnx_path, one)),
+            else random_draws.one_session_runs(onnx_path, one),
             "torch" if module is not None else "onnxruntime")
     return _Attempt(rewrites, conversion, checks, findings, raw_inputs, chain, feeds_from,
                     real, trace_warnings, draws, started, exported, converted_at, verified)

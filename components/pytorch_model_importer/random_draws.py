@@ -6,7 +6,8 @@ predictor, a sampling head, dropout left in training mode) computes something el
 on every run, so no conversion of it can be checked against torch or onnxruntime:
 each reference run is a new draw. When checks fail, the exported ONNX is searched
 for random ops (subgraphs included), and the reference is run twice on the same
-input. Where it differs from itself and the graph draws, the report names each
+input (onnxruntime's two runs share a session: a seeded node repeats its draw in
+a new one). Where it differs from itself and the graph draws, the report names each
 drawing node, its op and the module it came from, and the fix: make the draw
 deterministic before handing the model over (its scale set to 0, or the noise
 passed in as an input). No TFX imports.
@@ -69,6 +70,22 @@ def differs_from_itself(run: Callable[[], Sequence[np.ndarray]]) -> Optional[boo
         elif not np.array_equal(a, b):
             return True
     return False
+
+
+def one_session_runs(onnx_path: str, feeds: Dict[str, np.ndarray]
+                     ) -> Callable[[], Sequence[np.ndarray]]:
+    """Runs of onnxruntime on ``feeds`` that share one session. A seeded random node
+    draws the same numbers in every new session and new ones on each run of a
+    session, so only runs in one session show whether the graph draws."""
+    from tfx_bridge.components.pytorch_model_importer.verify import ort_session, run_ort
+
+    session: list = []
+
+    def run():
+        if not session:
+            session.append(ort_session(onnx_path))
+        return run_ort(onnx_path, feeds, session[0])
+    return run
 
 
 def stochastic_finding(onnx_path: str, describe: Callable[[str, str], str],

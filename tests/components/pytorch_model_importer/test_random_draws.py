@@ -80,3 +80,28 @@ def test_random_draws_dropout_training_and_subgraph_nodes_found():
     found = random_draws.random_nodes(helper.make_model(graph))
     branch = ("RandomUniformLike", "/branch/RandomUniformLike")
     assert found == [("Dropout", "/drop/Dropout"), branch, branch]
+
+
+def test_import_onnx_seeded_random_node_not_blessed_names_node_against_onnxruntime(tmp_path):
+    # A seeded node gives the same draw in every new onnxruntime session: the draw
+    # shows only between two runs of one session.
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("RandomNormalLike", ["x"], ["noise"], name="/flow/RandomNormalLike",
+                            seed=3.0)
+    add = helper.make_node("Add", ["x", "noise"], ["y"], name="/flow/Add")
+    graph = helper.make_graph(
+        [node, add], "noisy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 5])])
+    path = str(tmp_path / "noisy.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    config = ImporterConfig(source_kind="onnx", source_path=path, inputs=["x:float32:-1,5"],
+                            output_names=["y"], converter="tfx-bridge")
+    result = convert.import_model(config, str(tmp_path / "model"), batch_sizes=(1, 3))
+    assert not result.blessed
+    draws = result.report["random_draws"]
+    assert draws["reference"] == "onnxruntime" and draws["op"] == "RandomNormalLike"
+    assert draws["node"] == "/flow/RandomNormalLike"
+    assert report.likely_cause(result.report).startswith(
+        "the model draws random numbers in its forward: ONNX op RandomNormalLike")
