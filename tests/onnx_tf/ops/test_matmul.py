@@ -1,7 +1,8 @@
 """MatMul of a rank >= 3 input by a 2-D weight (onnx_tf/ops/matmul.py): one 2-D MatMul
 on the flattened rows, and a constant bias added after it as that MatMul's BiasAdd, so
 the served graph runs what TF's CPU remapper fuses instead of a broadcast
-BatchMatMulV2; values match onnxruntime at odd shapes and batch 1.
+BatchMatMulV2; values match onnxruntime at odd shapes and batch 1. Gemm's constant
+weights are stored as [K, N], so its MatMul runs without transpose_b.
 """
 from __future__ import annotations
 
@@ -132,3 +133,52 @@ def test_einsum_scalar_operand_keeps_einsum_matches_onnxruntime():
     want = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _gemm_model(trans_b: int, weights_as_input: bool, bias: bool, alpha=1.0, beta=1.0):
+    """x [batch, 40] -> Gemm(W, transB, bias) -> y [batch, 33]; W large enough to be
+    held as a variable, or fed as a second input."""
+    shape = [33, 40] if trans_b else [40, 33]
+    inputs = ["x", "w"] + (["b"] if bias else [])
+    nodes = [helper.make_node("Gemm", inputs, ["y"], transB=trans_b, alpha=alpha, beta=beta)]
+    inits = ([] if weights_as_input else [_weight("w", shape)]) + (
+        [_weight("b", [33])] if bias else [])
+    feeds = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 40])]
+    if weights_as_input:
+        feeds.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, shape))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "g", feeds, [y], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _matmul_transposes(converted) -> list:
+    return [n.attr["transpose_b"].b for n in converted.serve.graph.as_graph_def().node
+            if n.op == "MatMul"]
+
+
+@pytest.mark.parametrize("trans_b,bias,alpha,beta", [(1, True, 1.0, 1.0), (1, False, 1.0, 1.0),
+                                                     (1, True, 0.5, 2.0), (0, True, 1.0, 1.0)])
+def test_gemm_constant_weights_stored_untransposed_matches_onnxruntime(trans_b, bias, alpha,
+                                                                       beta):
+    # torch's Linear exports transB=1: the served MatMul reads [K, N] weights as stored
+    model = _gemm_model(trans_b, weights_as_input=False, bias=bias, alpha=alpha, beta=beta)
+    converted = core.convert(model, {"x": [None, 40]})
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for rows in (1, 5):
+        x = RNG.standard_normal((rows, 40)).astype(np.float32)
+        got = converted.serve(tf.constant(x))["y"].numpy()
+        np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    assert _matmul_transposes(converted) == [False]
+
+
+def test_gemm_fed_weights_transposed_in_the_product_matches_onnxruntime():
+    model = _gemm_model(1, weights_as_input=True, bias=True)
+    converted = core.convert(model, {"x": [None, 40], "w": [33, 40]})
+    feeds = {"x": RNG.standard_normal((3, 40)).astype(np.float32),
+             "w": RNG.standard_normal((33, 40)).astype(np.float32)}
+    got = converted.serve(**{k: tf.constant(v) for k, v in feeds.items()})["y"].numpy()
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert _matmul_transposes(converted) == [True]
