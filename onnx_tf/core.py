@@ -301,6 +301,30 @@ def sanitize(name: str) -> str:
     return clean if re.match(r"[A-Za-z]", clean) else "input_" + clean
 
 
+def _gemm_b_only(graph) -> Dict[str, bool]:
+    """Value name -> whether all its readers in ``graph`` and its subgraphs are Gemm's B
+    input with transB=1 (a graph output counts as another reader)."""
+    only: Dict[str, bool] = {}
+
+    def walk(g):
+        for n in g.node:
+            trans_b = n.op_type == "Gemm" and n.domain in ONNX_DOMAINS and any(
+                a.name == "transB" and a.i for a in n.attribute)
+            for i, name in enumerate(n.input):
+                if name:
+                    only[name] = only.get(name, True) and trans_b and i == 1
+            for a in n.attribute:
+                if a.HasField("g"):
+                    walk(a.g)
+                for sub in a.graphs:
+                    walk(sub)
+        for out in g.output:
+            only[out.name] = False
+
+    walk(graph)
+    return only
+
+
 class Converter:
     """Converts one ONNX ModelProto (already shape-inferred)."""
 
@@ -319,6 +343,15 @@ class Converter:
                 model.graph.input):
             self.value_info[vi.name] = vi
         self.onnx = onnx
+        self._gemm_b_only: Optional[Dict[str, bool]] = None
+
+    def read_only_as_gemm_b(self, name: str) -> bool:
+        """Whether every reader of value ``name`` (subgraphs included) is a Gemm taking
+        it as B with transB=1: only then does storing its transpose keep one copy of
+        the weights (a table also gathered, as tied embeddings are, is read as it is)."""
+        if self._gemm_b_only is None:
+            self._gemm_b_only = _gemm_b_only(self.model.graph)
+        return self._gemm_b_only.get(name, False)
 
     # -- constants
     def tensor(self, array: np.ndarray, folding: bool = False):

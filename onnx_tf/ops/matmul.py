@@ -107,11 +107,13 @@ def gemm(node):
                     "scale in float or use alpha=1, beta=1")
     ta, tb = bool(node.attr("transA")), bool(node.attr("transB"))
     a, b = node.t(0), node.t(1)
-    weights = node.maybe_const(1) if tb and not node.folding else None
+    weights = (node.maybe_const(1) if tb and not node.folding
+               and node.graph.converter.read_only_as_gemm_b(node.proto.input[1]) else None)
     if weights is not None:
         # Constant weights (torch's Linear: transB=1) are stored as [K, N] once, here:
         # TF's CPU MatMul with transpose_b reads them across rows, 4x slower at batch
-        # 32 and 18x at batch 1 for a 2048 -> 1000 classifier head.
+        # 32 and 18x at batch 1 for a 2048 -> 1000 classifier head. Weights another op
+        # reads too stay as they are, so that a large table is not held twice.
         b, tb = node.graph.converter.tensor(np.ascontiguousarray(weights.T)), False
 
     def mm(x, w):

@@ -182,3 +182,22 @@ def test_gemm_fed_weights_transposed_in_the_product_matches_onnxruntime():
                                 providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert _matmul_transposes(converted) == [True]
+
+
+def test_gemm_weights_also_gathered_kept_as_one_table_matches_onnxruntime():
+    # tied embeddings: the table is gathered and scored against (Gemm, transB=1); a
+    # transposed copy would hold the table twice
+    nodes = [helper.make_node("Gather", ["w", "ids"], ["emb"]),
+             helper.make_node("ReduceMean", ["emb"], ["user"], axes=[1], keepdims=0),
+             helper.make_node("Gemm", ["user", "w"], ["y"], transB=1)]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "g", [ids], [y], initializer=[_weight("w", [50, 40])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    converted = core.convert(model, {"ids": [None, 3]})
+    feeds = {"ids": RNG.integers(0, 50, (2, 3)).astype(np.int64)}
+    got = converted.serve(tf.constant(feeds["ids"]))["y"].numpy()
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert _matmul_transposes(converted) == [True]
