@@ -106,20 +106,22 @@ def gemm(node):
         node.refuse(f"integer ({dtype.name}) Gemm with alpha={alpha}, beta={beta}",
                     "scale in float or use alpha=1, beta=1")
     ta, tb = bool(node.attr("transA")), bool(node.attr("transB"))
-    a, b = node.t(0), node.t(1)
     weights = (node.maybe_const(1) if tb and not node.folding
                and node.graph.converter.read_only_as_gemm_b(node.proto.input[1]) else None)
     if weights is not None:
         # Constant weights (torch's Linear: transB=1) are stored as [K, N] once, here:
         # TF's CPU MatMul with transpose_b reads them across rows, 4x slower at batch
         # 32 and 18x at batch 1 for a 2048 -> 1000 classifier head. Weights another op
-        # reads too stay as they are, so that a large table is not held twice.
+        # reads too stay as they are, so that a large table is not held twice. Input 1
+        # is not read as a tensor then: that would make (and save) a [N, K] variable.
         b, tb = node.graph.converter.tensor(np.ascontiguousarray(weights.T)), False
+    else:
+        b = node.t(1)
 
     def mm(x, w):
         return tf.linalg.matmul(x, w, transpose_a=ta, transpose_b=tb)
 
-    y = _in_native_dtype(node, mm, (a, b), dtype)
+    y = _in_native_dtype(node, mm, (node.t(0), b), dtype)
     if alpha != 1.0:
         y = y * tf.constant(alpha, dtype)
     if node.has(2) and beta != 0.0:

@@ -170,6 +170,8 @@ def test_gemm_constant_weights_stored_untransposed_matches_onnxruntime(trans_b, 
         got = converted.serve(tf.constant(x))["y"].numpy()
         np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
     assert _matmul_transposes(converted) == [False]
+    # the weights are held once, as the MatMul reads them
+    assert [tuple(w.shape) for w in converted.module.weights] == [(40, 33)]
 
 
 def test_gemm_fed_weights_transposed_in_the_product_matches_onnxruntime():
@@ -201,3 +203,4 @@ def test_gemm_weights_also_gathered_kept_as_one_table_matches_onnxruntime():
                                 providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert _matmul_transposes(converted) == [True]
+    assert [tuple(w.shape) for w in converted.module.weights] == [(50, 40)]
