@@ -304,24 +304,20 @@ def sanitize(name: str) -> str:
 def _gemm_b_only(graph) -> Dict[str, bool]:
     """Value name -> whether all its readers in ``graph`` and its subgraphs are Gemm's B
     input with transB=1 (a graph output counts as another reader)."""
+    from onnx import AttributeProto
     only: Dict[str, bool] = {}
-
-    def walk(g):
-        for n in g.node:
-            trans_b = n.op_type == "Gemm" and n.domain in ONNX_DOMAINS and any(
-                a.name == "transB" and a.i for a in n.attribute)
-            for i, name in enumerate(n.input):
-                if name:
-                    only[name] = only.get(name, True) and trans_b and i == 1
-            for a in n.attribute:
-                if a.HasField("g"):
-                    walk(a.g)
-                for sub in a.graphs:
-                    walk(sub)
-        for out in g.output:
-            only[out.name] = False
-
-    walk(graph)
+    outputs = [out.name for out in graph.output]
+    for n in iter_nodes(graph):
+        trans_b = n.op_type == "Gemm" and n.domain in ONNX_DOMAINS and any(
+            a.name == "transB" and a.i for a in n.attribute)
+        for i, name in enumerate(n.input):
+            if name:
+                only[name] = only.get(name, True) and trans_b and i == 1
+        for a in n.attribute:
+            subs = [a.g] if a.type == AttributeProto.GRAPH else a.graphs
+            outputs += [out.name for sub in subs for out in sub.output]
+    for name in outputs:
+        only[name] = False
     return only
 
 
