@@ -16,7 +16,10 @@ or handed-over ONNX, image by image):
 Where detections differ only inside a group whose scores are equal within float
 rounding (two float32 computations of a tie may order it either way), the check
 says ``tie-order`` with the rows involved: the same detections, ordered
-differently. It blesses, and the report and the CLI's summary say so.
+differently, or, for a pair of tied boxes of one label overlapping by more than
+``NMS_TIE_IOU``, the other one of the pair kept (non-maximum suppression keeps
+one, and with equal scores which one is the sort's choice; ``detection_ties.py``).
+It blesses, and the report and the CLI's summary say so.
 
 Where every detection out of place is off only in its mask or keypoints, and its two
 boxes (within tolerance) give the integer sizes torchvision derives from a box
@@ -36,7 +39,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tfx_bridge.components.pytorch_model_importer import detection, detection_boundary
+from tfx_bridge.components.pytorch_model_importer import (
+    detection,
+    detection_boundary,
+    detection_ties,
+)
+from tfx_bridge.components.pytorch_model_importer.detection_ties import TIE_ATOL
 from tfx_bridge.components.pytorch_model_importer.signature import TensorSpec
 from tfx_bridge.components.pytorch_model_importer.verify import run_fresh
 from tfx_bridge.errors import short_message
@@ -46,8 +54,6 @@ DEFAULT_BATCH_SIZES = (1, 3, 8)
 # portrait and square, none a multiple of the backbone's stride.
 IMAGE_SIZES = ((97, 131), (120, 90), (111, 111))
 DEFAULT_ATOL = 1e-3
-# Scores this close may come out of two float32 computations in either order.
-TIE_ATOL = 1e-4
 MASK_THRESHOLD = 0.5
 MASK_FLIPS = 1e-3
 CHILD_MODULE = "tfx_bridge.components.pytorch_model_importer.detection_child"
@@ -128,29 +134,13 @@ def compare(want: Dict[str, np.ndarray], got: Dict[str, np.ndarray],
         off |= bad
     if not off.any():
         return {**check, "verdict": EQUAL}
-    if _same_within_ties(want, got, group, off, atol * scale):
+    if detection_ties.explained(want, got, group, off, atol * scale):
         return {**check, "verdict": TIE_ORDER, "tied_rows": [int(i) for i in np.flatnonzero(off)]}
     straddled = detection_boundary.across_pixel_boundary(want, got, bad_by_output, off,
                                                          resized)
     if straddled:
         return {**check, "verdict": BOUNDARY, "boundary_rows": straddled}
     return {**check, "verdict": "differs", "rows_off": [int(i) for i in np.flatnonzero(off)][:20]}
-
-
-def _same_within_ties(want, got, group, off, box_atol: float) -> bool:
-    """Every detection out of place has its match (label, box, score) among the
-    reference's detections of its own tie group."""
-    for i in np.flatnonzero(off):
-        peers = np.flatnonzero(group == group[i])
-        if len(peers) < 2:
-            return False
-        match = ((np.asarray(want["labels"])[peers] == got["labels"][i])
-                 & (np.abs(np.asarray(want["boxes"])[peers] - got["boxes"][i]).max(1)
-                    <= box_atol)
-                 & (np.abs(np.asarray(want["scores"])[peers] - got["scores"][i]) <= TIE_ATOL))
-        if not match.any():
-            return False
-    return True
 
 
 def unpadded(served: Dict[str, np.ndarray], index: int, hw: Tuple[int, int],
@@ -380,7 +370,8 @@ def summary(checks: Sequence[dict]) -> str:
     exported = [c for c in checks if c["verdict"] == EXPORT_DIFFERS]
     rounded = [c for c in passed if c["verdict"] == FLOAT32_ROUNDING]
     return (f"{len(passed)} of {len(checks)} image checks passed"
-            + (f" ({len(ties)} with detections of equal scores in another order)"
+            + (f" ({len(ties)} with detections of equal scores in another order, or "
+               "the other of two overlapping ones kept)"
                if ties else "")
             + (f" ({len(straddled)} with a detection whose box, within tolerance, lies "
                "across the pixel boundary that sizes its mask or keypoint heatmap: that "

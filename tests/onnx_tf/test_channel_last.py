@@ -265,28 +265,62 @@ def test_channel_last_dilated_strided_conv_explicit_pads_matches_onnxruntime():
     _check(_model([node], inits))
 
 
-@pytest.mark.parametrize("size,k,attrs,pads_left", [
-    ((6, 8), 3, {}, 0),
-    ((6, 8), 5, {"dilations": [2, 2]}, 0),
-    ((5, 7), 3, {"strides": [2, 2]}, 0),
-    ((6, 8), 3, {"strides": [2, 2]}, 1),
-    ((6, 8), 3, {"dilations": [2, 2], "strides": [2, 2]}, 0),
-], ids=["stride1", "dilated", "strided_odd", "strided_even", "dilated_strided"])
-def test_depthwise_conv_pads_same_where_equal_no_pad_op(size, k, attrs, pads_left):
+@pytest.mark.parametrize("size,k,attrs,pads,mult,pads_left", [
+    ((6, 8), 3, {}, None, 1, 0),
+    ((6, 8), 5, {"dilations": [2, 2]}, None, 1, 0),
+    ((5, 7), 3, {"strides": [2, 2]}, None, 1, 0),
+    ((6, 8), 3, {"strides": [2, 2]}, None, 1, 0),
+    ((8, 10), 5, {"strides": [2, 2]}, None, 2, 0),
+    ((6, 7), 3, {"strides": [2, 2]}, None, 1, 0),
+    ((9, 12), 3, {"strides": [3, 3]}, [1, 1, 1, 1], 1, 0),
+    ((6, 8), 2, {}, [1, 1, 0, 0], 1, 0),
+    ((6, 8), 2, {}, [0, 1, 1, 0], 1, 0),
+    ((6, 8), 3, {"strides": [2, 2]}, [2, 2, 2, 2], 1, 1),
+    ((6, 8), 3, {"dilations": [2, 2], "strides": [2, 2]}, None, 1, 0),
+    (("H", "W"), 3, {"strides": [2, 2]}, None, 1, 1),
+], ids=["stride1", "dilated", "strided_odd", "strided_even", "k5_strided_even_mult2",
+        "strided_mixed", "stride3", "pads_before", "pads_mixed", "pads_wider_than_read",
+        "dilated_strided", "size_unknown"])
+def test_depthwise_conv_pads_as_same_where_reads_equal_no_pad_op(size, k, attrs, pads, mult,
+                                                                 pads_left):
     pad = (k - 1) * attrs.get("dilations", [1])[0] // 2
     node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[k, k], group=C,
-                            pads=[pad] * 4, **attrs)
+                            pads=pads or [pad] * 4, **attrs)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", C, *size])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    graph = helper.make_graph([node], "g", [x], [y], initializer=[_const("w", [C, 1, k, k])])
+    graph = helper.make_graph([node], "g", [x], [y],
+                              initializer=[_const("w", [C * mult, 1, k, k])])
     model = onnx.shape_inference.infer_shapes(
         helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     converted = core.convert(model)
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
-    xv = RNG.standard_normal((2, C, *size)).astype(np.float32)
-    np.testing.assert_allclose(converted.serve(tf.constant(xv))["y"].numpy(),
-                               session.run(None, {"x": xv})[0], rtol=1e-4, atol=1e-4)
+    shape = (6, 8) if isinstance(size[0], str) else size
+    for batch in (1, 2):
+        xv = RNG.standard_normal((batch, C, *shape)).astype(np.float32)
+        got = converted.serve(tf.constant(xv))["y"].numpy()
+        want = session.run(None, {"x": xv})[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     ops = [n.op for n in converted.serve.graph.as_graph_def().node]
     assert ops.count("Pad") + ops.count("PadV2") == pads_left
     assert "DepthwiseConv2dNative" in ops
+
+
+def test_depthwise_conv_fed_weights_strided_even_matches_onnxruntime():
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], group=C,
+                            pads=[1, 1, 1, 1], strides=[2, 2])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", C, 6, 8])
+    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [C, 1, 3, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = onnx.shape_inference.infer_shapes(helper.make_model(
+        helper.make_graph([node], "g", [x, w], [y]),
+        opset_imports=[helper.make_opsetid("", 17)]))
+    converted = core.convert(model)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    xv = RNG.standard_normal((1, C, 6, 8)).astype(np.float32)
+    wv = RNG.standard_normal((C, 1, 3, 3)).astype(np.float32)
+    np.testing.assert_allclose(
+        converted.serve(x=tf.constant(xv), w=tf.constant(wv))["y"].numpy(),
+        session.run(None, {"x": xv, "w": wv})[0], rtol=1e-4, atol=1e-4)
