@@ -73,19 +73,32 @@ def _zero_taps(size, kernel: int, stride: int, pads):
     padding reads what ``pads`` ([begin, end]) reads at ``stride``, or None. torch pads
     a strided convolution on both sides (3x3, stride 2, pad 1 at an even size), where
     SAME pads 0 before and 1 after; one zero tap at the end makes SAME pad 1 before,
-    so every real tap reads the element torch's does and the padded copy is gone."""
-    if size is None:
-        return None
-    out = (size + pads[0] + pads[1] - kernel) // stride + 1
-    if out != -(-size // stride):
-        return None
+    so every real tap reads the element torch's does and the padded copy is gone.
+    A size unknown at conversion (None) needs taps that hold at every size: SAME's
+    total pad depends only on the size modulo the stride, so sizes up to two strides
+    past the kernel cover every case.
+
+    >>> _zero_taps(112, 3, 2, [1, 1]), _zero_taps(None, 3, 2, [1, 1])
+    ((0, 1), (0, 1))
+    >>> _zero_taps(None, 2, 2, [1, 1]) is None  # an output size SAME never gives
+    True
+    """
+    sizes = [size] if size is not None else range(1, 2 * stride + kernel + 2)
     for extra in range(stride + 1):
         for front in range(extra + 1):
-            taps = kernel + extra
-            begin = max((out - 1) * stride + taps - size, 0) // 2
-            if begin - front == pads[0]:
+            if all(_same_reads(n, kernel, stride, pads, front, extra) for n in sizes):
                 return front, extra - front
     return None
+
+
+def _same_reads(size: int, kernel: int, stride: int, pads, front: int, extra: int) -> bool:
+    """Whether SAME on the kernel with ``front`` of ``extra`` zero taps before it reads,
+    at ``size``, what ``pads`` reads with the kernel alone."""
+    out = (size + pads[0] + pads[1] - kernel) // stride + 1
+    if out != -(-size // stride):
+        return False
+    begin = max((out - 1) * stride + kernel + extra - size, 0) // 2
+    return begin - front == pads[0]
 
 
 def _depthwise_last(node, x, w, strides, dilations, pads=None):

@@ -277,10 +277,12 @@ def test_channel_last_dilated_strided_conv_explicit_pads_matches_onnxruntime():
     ((6, 8), 2, {}, [0, 1, 1, 0], 1, 0),
     ((6, 8), 3, {"strides": [2, 2]}, [2, 2, 2, 2], 1, 1),
     ((6, 8), 3, {"dilations": [2, 2], "strides": [2, 2]}, None, 1, 0),
-    (("H", "W"), 3, {"strides": [2, 2]}, None, 1, 1),
+    (("H", "W"), 3, {"strides": [2, 2]}, None, 1, 0),
+    (("H", "W"), 5, {"strides": [2, 2]}, None, 1, 0),
+    (("H", "W"), 2, {"strides": [2, 2]}, [1, 1, 1, 1], 1, 1),
 ], ids=["stride1", "dilated", "strided_odd", "strided_even", "k5_strided_even_mult2",
         "strided_mixed", "stride3", "pads_before", "pads_mixed", "pads_wider_than_read",
-        "dilated_strided", "size_unknown"])
+        "dilated_strided", "size_unknown", "k5_size_unknown", "size_unknown_other_output"])
 def test_depthwise_conv_pads_as_same_where_reads_equal_no_pad_op(size, k, attrs, pads, mult,
                                                                  pads_left):
     pad = (k - 1) * attrs.get("dilations", [1])[0] // 2
@@ -295,13 +297,14 @@ def test_depthwise_conv_pads_as_same_where_reads_equal_no_pad_op(size, k, attrs,
     converted = core.convert(model)
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
-    shape = (6, 8) if isinstance(size[0], str) else size
-    for batch in (1, 2):
-        xv = RNG.standard_normal((batch, C, *shape)).astype(np.float32)
-        got = converted.serve(tf.constant(xv))["y"].numpy()
-        want = session.run(None, {"x": xv})[0]
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    shapes = [(6, 8), (7, 9), (1, 2)] if isinstance(size[0], str) else [size]
+    for shape in shapes:
+        for batch in (1, 2):
+            xv = RNG.standard_normal((batch, C, *shape)).astype(np.float32)
+            got = converted.serve(tf.constant(xv))["y"].numpy()
+            want = session.run(None, {"x": xv})[0]
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     ops = [n.op for n in converted.serve.graph.as_graph_def().node]
     assert ops.count("Pad") + ops.count("PadV2") == pads_left
     assert "DepthwiseConv2dNative" in ops
