@@ -26,18 +26,31 @@ def explained(want, got, group, off, box_atol: float) -> bool:
         want, got, group, off, box_atol)
 
 
+def _matcher(want, got, box_atol: float):
+    """``(tied, same)``: whether served row ``i`` and reference row ``j`` have one label
+    and scores within ``TIE_ATOL`` (``tied``), and their boxes within ``box_atol`` too
+    (``same``: the same detection)."""
+    labels_w, labels_g = np.asarray(want["labels"]), np.asarray(got["labels"])
+    boxes_w, boxes_g = np.asarray(want["boxes"], np.float64), np.asarray(got["boxes"], np.float64)
+    scores_w, scores_g = np.asarray(want["scores"]), np.asarray(got["scores"])
+
+    def tied(i, j):
+        return bool(labels_g[i] == labels_w[j]
+                    and abs(float(scores_g[i]) - float(scores_w[j])) <= TIE_ATOL)
+
+    def same(i, j):
+        return tied(i, j) and bool(np.abs(boxes_g[i] - boxes_w[j]).max() <= box_atol)
+
+    return tied, same
+
+
 def _same_within_ties(want, got, group, off, box_atol: float) -> bool:
     """Every detection out of place has its match (label, box, score) among the
     reference's detections of its own tie group."""
+    _, same = _matcher(want, got, box_atol)
     for i in np.flatnonzero(off):
         peers = np.flatnonzero(group == group[i])
-        if len(peers) < 2:
-            return False
-        match = ((np.asarray(want["labels"])[peers] == got["labels"][i])
-                 & (np.abs(np.asarray(want["boxes"])[peers] - got["boxes"][i]).max(1)
-                    <= box_atol)
-                 & (np.abs(np.asarray(want["scores"])[peers] - got["scores"][i]) <= TIE_ATOL))
-        if not match.any():
+        if len(peers) < 2 or not any(same(i, j) for j in peers):
             return False
     return True
 
@@ -66,14 +79,8 @@ def _tied_choice(want, got, group, off, box_atol: float) -> bool:
     >>> _tied_choice(want, {**got, "labels": np.array([7, 8])}, group, off, 1e-3)
     False
     """
-    labels_w, labels_g = np.asarray(want["labels"]), np.asarray(got["labels"])
+    tied, same = _matcher(want, got, box_atol)
     boxes_w, boxes_g = np.asarray(want["boxes"], np.float64), np.asarray(got["boxes"], np.float64)
-    scores_w, scores_g = np.asarray(want["scores"]), np.asarray(got["scores"])
-
-    def same(i, j):
-        return (labels_g[i] == labels_w[j] and abs(float(scores_g[i]) - float(scores_w[j]))
-                <= TIE_ATOL and np.abs(boxes_g[i] - boxes_w[j]).max() <= box_atol)
-
     chosen = False
     for g in np.unique(group[off]):
         rows = np.flatnonzero(group == g)
@@ -86,10 +93,9 @@ def _tied_choice(want, got, group, off, box_atol: float) -> bool:
             return False
         chosen = chosen or bool(lone_got)
         for i in lone_got:
-            partners = [j for j in lone_want if labels_w[j] == labels_g[i]
-                        and abs(float(scores_g[i]) - float(scores_w[j])) <= TIE_ATOL
-                        and _iou(boxes_g[i], boxes_w[j]) > NMS_TIE_IOU]
+            overlap = {j: _iou(boxes_g[i], boxes_w[j]) for j in lone_want if tied(i, j)}
+            partners = [j for j, iou in overlap.items() if iou > NMS_TIE_IOU]
             if not partners:
                 return False
-            lone_want.remove(max(partners, key=lambda j: _iou(boxes_g[i], boxes_w[j])))
+            lone_want.remove(max(partners, key=overlap.get))
     return chosen

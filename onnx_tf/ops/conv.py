@@ -94,11 +94,9 @@ def _zero_taps(size, kernel: int, stride: int, pads):
 def _same_reads(size: int, kernel: int, stride: int, pads, front: int, extra: int) -> bool:
     """Whether SAME on the kernel with ``front`` of ``extra`` zero taps before it reads,
     at ``size``, what ``pads`` reads with the kernel alone."""
-    out = (size + pads[0] + pads[1] - kernel) // stride + 1
-    if out != -(-size // stride):
-        return False
-    begin = max((out - 1) * stride + kernel + extra - size, 0) // 2
-    return begin - front == pads[0]
+    if (size + pads[0] + pads[1] - kernel) // stride + 1 != -(-size // stride):
+        return False  # SAME's output size is ceil(size / stride)
+    return _same_pads(size, kernel + extra, stride, 1)[0] - front == pads[0]
 
 
 def _depthwise_last(node, x, w, strides, dilations, pads=None):
