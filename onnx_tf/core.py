@@ -301,24 +301,22 @@ def sanitize(name: str) -> str:
     return clean if re.match(r"[A-Za-z]", clean) else "input_" + clean
 
 
-def _gemm_b_only(graph) -> Dict[str, bool]:
-    """Value name -> whether all its readers in ``graph`` and its subgraphs are Gemm's B
-    input with transB=1 (a graph output counts as another reader)."""
+def _readers(graph) -> Dict[str, List[Tuple[Optional[Any], int]]]:
+    """Value name -> every (node, input index) reading it in ``graph`` and its
+    subgraphs; a graph output (of the graph or a subgraph) reads it as ``(None, -1)``."""
     from onnx import AttributeProto
-    only: Dict[str, bool] = {}
+    readers: Dict[str, List[Tuple[Optional[Any], int]]] = {}
     outputs = [out.name for out in graph.output]
     for n in iter_nodes(graph):
-        trans_b = n.op_type == "Gemm" and n.domain in ONNX_DOMAINS and any(
-            a.name == "transB" and a.i for a in n.attribute)
         for i, name in enumerate(n.input):
             if name:
-                only[name] = only.get(name, True) and trans_b and i == 1
+                readers.setdefault(name, []).append((n, i))
         for a in n.attribute:
             subs = [a.g] if a.type == AttributeProto.GRAPH else a.graphs
             outputs += [out.name for sub in subs for out in sub.output]
     for name in outputs:
-        only[name] = False
-    return only
+        readers.setdefault(name, []).append((None, -1))
+    return readers
 
 
 class Converter:
@@ -339,15 +337,14 @@ class Converter:
                 model.graph.input):
             self.value_info[vi.name] = vi
         self.onnx = onnx
-        self._gemm_b_only: Optional[Dict[str, bool]] = None
+        self._readers: Optional[Dict[str, List[Tuple[Optional[Any], int]]]] = None
 
-    def read_only_as_gemm_b(self, name: str) -> bool:
-        """Whether every reader of value ``name`` (subgraphs included) is a Gemm taking
-        it as B with transB=1: only then does storing its transpose keep one copy of
-        the weights (a table also gathered, as tied embeddings are, is read as it is)."""
-        if self._gemm_b_only is None:
-            self._gemm_b_only = _gemm_b_only(self.model.graph)
-        return self._gemm_b_only.get(name, False)
+    def readers(self, name: str) -> List[Tuple[Optional[Any], int]]:
+        """Every (node proto, input index) reading value ``name``, subgraphs included;
+        ``(None, -1)`` for a graph output. Built once per model, on first use."""
+        if self._readers is None:
+            self._readers = _readers(self.model.graph)
+        return self._readers.get(name, [])
 
     # -- constants
     def tensor(self, array: np.ndarray, folding: bool = False):

@@ -7,6 +7,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from tfx_bridge.onnx_tf.core import ONNX_DOMAINS
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.registry import REQUIRED, op
 
@@ -94,6 +95,15 @@ def bias_after_matmul(node, x, c: Optional[np.ndarray]):
     return tf.reshape(tf.nn.bias_add(y2, bias), out_shape)
 
 
+def _only_gemm_b(readers) -> bool:
+    """Whether every reader is a Gemm taking the value as B with transB=1: only then
+    does storing its transpose keep one copy of the weights (a table also gathered,
+    as tied embeddings are, is read as it is)."""
+    return bool(readers) and all(
+        n is not None and n.op_type == "Gemm" and n.domain in ONNX_DOMAINS and i == 1
+        and any(a.name == "transB" and a.i for a in n.attribute) for n, i in readers)
+
+
 @op("Gemm", attrs={"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0, "broadcast": 0})
 def gemm(node):
     tf = _tf()
@@ -107,7 +117,7 @@ def gemm(node):
                     "scale in float or use alpha=1, beta=1")
     ta, tb = bool(node.attr("transA")), bool(node.attr("transB"))
     weights = (node.maybe_const(1) if tb and not node.folding
-               and node.graph.converter.read_only_as_gemm_b(node.proto.input[1]) else None)
+               and _only_gemm_b(node.graph.converter.readers(node.proto.input[1])) else None)
     if weights is not None:
         # Constant weights (torch's Linear: transB=1) are stored as [K, N] once, here:
         # TF's CPU MatMul with transpose_b reads them across rows, 4x slower at batch
