@@ -12,7 +12,9 @@ a DLRM-shaped ranker, the demo's MoE, a 1-D audio CNN):
    ``optimize_local`` with its defaults on our Model folder; each in a child process,
    cached too;
 3. start one fresh worker process per backend (serving_latency_worker.py; TF ones with
-   ``TF_ENABLE_ONEDNN_OPTS=0``), check every backend's outputs against onnxruntime's,
+   ``TF_ENABLE_ONEDNN_OPTS=0`` and the CPU allocator the pusher's manifest gives TF
+   Serving, BFC; ours once more with TF's default allocator, ``ours_malloc``), check
+   every backend's outputs against onnxruntime's,
    then time interleaved rounds: each round runs every backend and timing path in a
    rotated order, one process at a time, the same feeds. TF backends are timed twice:
    the Python signature call and Session::Run of the signature's tensors (TF Serving's
@@ -53,11 +55,14 @@ import serving_latency_report as report  # noqa: E402
 import serving_models  # noqa: E402
 from serving_latency_worker import MARKER  # noqa: E402
 
+from tfx_bridge import child, cpu_allocator  # noqa: E402
+
 RESULTS = os.path.join(BENCH_DIR, "results", "serving_latency.json")
 DEFAULT_CACHE = os.path.join(tempfile.gettempdir(), "tfx_bridge_serving_latency")
 ROUND_S = 1.0  # target seconds per backend per round (at least MIN_CALLS calls)
 MIN_CALLS, MAX_CALLS = 3, 200
 TF_VARIANTS = ("ours", "onnx2tf", "optimized")
+MALLOC_LABEL = "ours_malloc"
 
 
 def log(msg: str) -> None:
@@ -166,10 +171,14 @@ class Worker:
     """A backend's process: requests in on stdin, one reply line each."""
 
     def __init__(self, label: str, kind: str, model: str, name: str, feeds: str,
-                 flags: str = ""):
+                 flags: str = "", allocator: str = cpu_allocator.BFC):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
         if kind == "tf":
-            env["TF_ENABLE_ONEDNN_OPTS"] = "0"
+            # TF Serving's process as the pusher's manifest starts it (oneDNN off, its
+            # CPU allocator), or with ``allocator`` instead.
+            env.update({k: v for k, v in child.SERVING_CPU_ENV.items()
+                        if k not in (cpu_allocator.USE_BFC_VAR, cpu_allocator.BFC_LIMIT_VAR)})
+            env.update(cpu_allocator.allocator_env(allocator))
         self.label = label
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(BENCH_DIR, "serving_latency_worker.py"),
@@ -270,12 +279,17 @@ def run_model(name: str, args) -> dict:
     plan += [(v, "tf", row["prepare"][v]["dir"], row["prepare"][v].get("flags", ""))
              for v in variants if "dir" in row["prepare"].get(v, {})]
     plan += [(label, "tf", path, "") for label, model, path in args.extras if model == name]
+    if "dir" in row["prepare"].get("ours", {}):
+        # The same SavedModel under TF's default allocator: what the allocator buys.
+        plan.append((MALLOC_LABEL, "tf", row["prepare"]["ours"]["dir"],
+                     row["prepare"]["ours"].get("flags", "")))
     plan = [p for p in plan if p[0] not in args.skip]
     workers = []
     try:
         for label, kind, path, flags in plan:
+            allocator = cpu_allocator.MALLOC if label == MALLOC_LABEL else cpu_allocator.BFC
             try:
-                workers.append(Worker(label, kind, path, name, work, flags))
+                workers.append(Worker(label, kind, path, name, work, flags, allocator))
             except RuntimeError as e:
                 row.setdefault("errors", {})[label] = str(e)
         row.update(time_model(name, workers, work, args.rounds, args.profile_calls))

@@ -1,5 +1,6 @@
 """The Markdown of serving_latency.py's results: one table of p50 per backend at both
-batch sizes with the spread of the round medians, the ratio ours / onnxruntime, and
+batch sizes with the spread of the round medians, the ratio ours / onnxruntime (TF
+backends with the CPU allocator the pusher configures; ours also without it), and
 the top ops of our graph's profile where ours is over 1.25x onnxruntime.
 
     .venv/bin/python benchmarks/serving_latency_report.py [results.json]
@@ -10,10 +11,12 @@ import json
 import os
 import sys
 
-COLUMNS = [("ours", "ours"), ("ours/session", "ours Session::Run"), ("ort", "onnxruntime"),
+COLUMNS = [("ours", "ours"), ("ours/session", "ours Session::Run"),
+           ("ours_malloc", "ours, TF's default allocator"), ("ort", "onnxruntime"),
            ("ort/nospin", "onnxruntime, no spin-wait"),
            ("onnx2tf", "onnx2tf"), ("torch", "torch eager"), ("optimized", "TrtOptimizer")]
-SESSION = [("onnx2tf/session", "onnx2tf Session::Run"),
+SESSION = [("ours_malloc/session", "ours Session::Run, TF's default allocator"),
+           ("onnx2tf/session", "onnx2tf Session::Run"),
            ("optimized/session", "TrtOptimizer Session::Run")]
 ORT = ("ort", "ort/nospin")
 SLOW = 1.25
@@ -51,15 +54,17 @@ def markdown(results: dict) -> str:
     lines = ["p50 ms at batch 1 / large batch (min-max of the round medians); "
              "oneDNN off for TF; ratios over onnxruntime's faster setting.", "",
              "| model | batches | " + " | ".join(t for _, t in cols)
-             + " | ours / ORT | ours Session::Run / ORT |",
-             "|---" * (len(cols) + 4) + "|"]
+             + " | ours / ORT | ours Session::Run / ORT | ours, default allocator / ORT |",
+             "|---" * (len(cols) + 5) + "|"]
     for name, row in results.items():
         ratios = " / ".join("-" if r is None else f"{r:.2f}" for r in _ratio(row))
         session = " / ".join("-" if r is None else f"{r:.2f}"
                              for r in _ratio(row, "ours/session"))
+        malloc = " / ".join("-" if r is None else f"{r:.2f}"
+                            for r in _ratio(row, "ours_malloc"))
         lines.append(f"| {name} | {' / '.join(map(str, row['batches']))} | "
                      + " | ".join(_cell(row, k) for k, _ in cols)
-                     + f" | {ratios} | {session} |")
+                     + f" | {ratios} | {session} | {malloc} |")
     session_cols = [(k, t) for k, t in SESSION
                     if any(k in r.get("p50_ms", {}) for r in results.values())]
     if session_cols:

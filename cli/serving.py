@@ -25,7 +25,7 @@ def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
         keep_versions=args.keep_versions, warmup_records=args.warmup_records,
         server_base_path=args.server_base_path, target_cores=args.target_cores,
         intra_op_parallelism=args.intra_op_parallelism,
-        inter_op_parallelism=args.inter_op_parallelism)
+        inter_op_parallelism=args.inter_op_parallelism, cpu_allocator=args.cpu_allocator)
     progress = Progress(2, enabled=not args.quiet)
     # The executor's core: the same gates and the same "nothing new" check.
     result = serving.push_model(config, args.model, imported_model_dir=args.imported_model,
@@ -52,6 +52,7 @@ def add_parser(sub) -> None:
     """The push and rollback verbs."""
     from tfx_bridge.components.serving_pusher.base_layout import LABELS, MAX_WARMUP, TARGETS
     from tfx_bridge.components.serving_pusher.config import PusherConfig
+    from tfx_bridge.cpu_allocator import ALLOCATORS
 
     defaults = PusherConfig.defaults()  # the component's, declared once
     psh = sub.add_parser("push", help="ServingPusher: validated, atomic push to TF Serving")
@@ -85,6 +86,10 @@ def add_parser(sub) -> None:
                      default=defaults.inter_op_parallelism,
                      help="TF Serving's --tensorflow_inter_op_parallelism (default: the "
                           "target's cores)")
+    psh.add_argument("--cpu-allocator", choices=ALLOCATORS, default=defaults.cpu_allocator,
+                     help="TensorFlow's CPU allocator in the server, set in the manifest's "
+                          "environment (default: bfc for --target cpu, malloc for gpu; "
+                          "docs/guides/serving-config.md)")
     psh.add_argument("--lock-timeout", type=number_between(0.0, math.inf),
                      default=PusherConfig.LOCK_TIMEOUT_S,
                      help="seconds to wait for another push's lock before exit 4 (busy)")

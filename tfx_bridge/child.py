@@ -48,6 +48,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tfx_bridge import cpu_allocator
+
 WORKER_MODULE = "tfx_bridge.child_worker"
 PRELOAD_ENV = "TFX_BRIDGE_WORKER_PRELOAD"  # the worker's imports (comma-separated)
 WORKER_DONE = "TFX_BRIDGE_WORKER_DONE "
@@ -60,9 +62,11 @@ _REUSE_IDLE_S = WORKER_IDLE_S - 60  # the caller reuses it only well before that
 # takes GPU memory as it needs it instead of all of it up front.
 WARM_ENV = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
 # Stock TF Serving's CPU kernels: oneDNN off (TensorFlow reads the variable once, as it
-# is imported) and no GPU. The importer's equivalence check and the optimizer's CPU
-# timing both run there: one warm worker serves both.
-SERVING_CPU_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "CUDA_VISIBLE_DEVICES": ""}
+# is imported), no GPU, and the CPU allocator the pusher's manifest gives the server
+# (cpu_allocator.py). The importer's equivalence check and the optimizer's CPU timing
+# both run there: one warm worker serves both.
+SERVING_CPU_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "CUDA_VISIBLE_DEVICES": "",
+                   **cpu_allocator.allocator_env(cpu_allocator.BFC)}
 
 
 def has_gpu_devices(dev: str = "/dev") -> bool:

@@ -29,7 +29,9 @@ class ServingPusher(base_component.BaseComponent):
     every labeled one. ``server_base_path`` is where the server sees
     ``base_path`` (default ``/models``, the manifest's mount): every
     ``base_path`` in models.config points under it. ``target_cores`` (default:
-    the pushing host's usable cores) sizes the server's thread pools; batching
+    the pushing host's usable cores) sizes the server's thread pools;
+    ``cpu_allocator`` (default: TF's BFC arena on cpu targets) goes into the
+    manifest's environment; batching
     follows the model's measured latency unless ``batching_parameters`` says
     otherwise (docs/guides/serving-config.md).
 
@@ -57,7 +59,8 @@ class ServingPusher(base_component.BaseComponent):
                  server_base_path: str = _DEFAULTS.server_base_path,
                  target_cores: Optional[int] = _DEFAULTS.target_cores,
                  intra_op_parallelism: Optional[int] = _DEFAULTS.intra_op_parallelism,
-                 inter_op_parallelism: Optional[int] = _DEFAULTS.inter_op_parallelism):
+                 inter_op_parallelism: Optional[int] = _DEFAULTS.inter_op_parallelism,
+                 cpu_allocator: Optional[str] = _DEFAULTS.cpu_allocator):
         # Every check is the config's, at build time, as the CLI's and the executor's.
         config = PusherConfig(
             base_path=base_path, model_name=model_name, label=label, target=target,
@@ -65,7 +68,7 @@ class ServingPusher(base_component.BaseComponent):
             warmup_records=warmup_records, batching_parameters=batching_parameters,
             server_base_path=server_base_path, target_cores=target_cores,
             intra_op_parallelism=intra_op_parallelism,
-            inter_op_parallelism=inter_op_parallelism)
+            inter_op_parallelism=inter_op_parallelism, cpu_allocator=cpu_allocator)
         spec = ServingPusherSpec(
             model=model, imported_model=imported_model, schema_guard=schema_guard,
             model_blessing=model_blessing, infra_blessing=infra_blessing, examples=examples,

@@ -30,6 +30,7 @@ from tfx_bridge.components.serving_pusher.errors import PusherConfigError
 from tfx_bridge.components.serving_pusher.publisher import publisher_kind
 from tfx_bridge.components.serving_pusher.tuning import batching_problems
 from tfx_bridge.config import Config
+from tfx_bridge.cpu_allocator import ALLOCATORS
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage.names import check_segment, uri_problem
 
@@ -87,6 +88,9 @@ class PusherConfig(Config):
     # TF Serving's session thread pools (None: target_cores each).
     intra_op_parallelism: Optional[int] = None
     inter_op_parallelism: Optional[int] = None
+    # TensorFlow's CPU allocator in the server ("bfc" or "malloc"; None: bfc on cpu
+    # targets, malloc on gpu ones). Set in the manifest's environment.
+    cpu_allocator: Optional[str] = None
     # Where the server sees base_path (the manifest's mount; models.config points there).
     server_base_path: str = SERVER_MOUNT
 
@@ -113,6 +117,9 @@ class PusherConfig(Config):
             if value is not None and value < 1:
                 problems.append(f"{name} must be >= 1 (a count of cores or threads), got "
                                 f"{value}; leave it out for this host's usable cores")
+        if self.cpu_allocator is not None and self.cpu_allocator not in ALLOCATORS:
+            problems.append(f"cpu_allocator {self.cpu_allocator!r}: use one of "
+                            f"{list(ALLOCATORS)}, or leave it out (bfc on cpu targets)")
         unknown = sorted(set(self.batching_parameters or {}) - BATCHING_FIELDS)
         if unknown:
             problems.append(f"unknown batching fields {unknown}; known: "

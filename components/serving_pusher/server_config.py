@@ -21,8 +21,17 @@ from tfx_bridge.components.serving_pusher.errors import (
 )
 from tfx_bridge.components.serving_pusher.publisher import publisher_for
 from tfx_bridge.components.serving_pusher.state import State, versions
-from tfx_bridge.components.serving_pusher.tuning import Session, batching_problems, usable_cores
+from tfx_bridge.components.serving_pusher.tuning import (
+    Session,
+    batching_problems,
+    default_allocator,
+    usable_cores,
+)
 from tfx_bridge.storage import fs
+
+# The server container's memory limit in the manifest; the CPU allocator's arena is
+# capped below it (cpu_allocator.ARENA_SHARE).
+MEMORY_LIMIT_MB = 8192
 
 
 def models_config_text(base_path: str, server_base_path: str = SERVER_MOUNT) -> str:
@@ -130,7 +139,8 @@ def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
     by the volume its publisher names (a host path, or an object-store driver's).
     ``session`` sets the server's thread pools and the container's CPU limit (default:
     this host's usable cores): left to itself TF Serving sizes its pools by the
-    node's cores, not the container's limit.
+    node's cores, not the container's limit. Its CPU allocator is the container's
+    environment, the arena capped below the memory limit (cpu_allocator.py).
     """
     import yaml
 
@@ -142,9 +152,11 @@ def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
             f"--batching_parameters_file={mount}/{BATCHING_FILE}",
             f"--monitoring_config_file={mount}/{MONITORING_FILE}"]
     args += sorted(set(flags) & set(SERVER_FLAGS))
-    session = session or Session(usable_cores(), usable_cores(), usable_cores())
+    session = session or Session(usable_cores(), usable_cores(), usable_cores(),
+                                 default_allocator(target))
     args += session.flags()
-    limits = {"cpu": str(session.cores), "memory": "8Gi"}
+    env = session.env(MEMORY_LIMIT_MB)
+    limits = {"cpu": str(session.cores), "memory": f"{MEMORY_LIMIT_MB // 1024}Gi"}
     if target == "gpu":
         limits["nvidia.com/gpu"] = 1
     deployment = {
@@ -163,6 +175,8 @@ def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
                                   {"containerPort": 8501, "name": "http"}],
                         "readinessProbe": {"httpGet": {"path": "/v1/models", "port": 8501}},
                         "resources": {"limits": limits},
+                        **({"env": [{"name": k, "value": v} for k, v in env.items()]}
+                           if env else {}),
                         "volumeMounts": [{"name": "models", "mountPath": mount}]}],
                     "volumes": [{"name": "models", **volume}]}}}}
     service = {

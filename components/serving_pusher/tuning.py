@@ -1,5 +1,6 @@
-"""TF Serving's session threads and batching, from the target's cores and the model's
-measured latency curve (docs/guides/serving-config.md says the rule and why).
+"""TF Serving's session threads, CPU allocator and batching, from the target's cores
+and the model's measured latency curve (docs/guides/serving-config.md says the rule
+and why).
 
 No TFX imports. The latencies come from the optimizer's ``report.json`` beside the
 model (p50/p99 per batch size of the candidate it kept); an importer's report, or
@@ -26,6 +27,7 @@ from tfx_bridge import limits
 from tfx_bridge.artifacts.layout import REPORT_JSON
 from tfx_bridge.components.serving_pusher.base_layout import BATCHING_DEFAULTS
 from tfx_bridge.components.serving_pusher.errors import PusherConfigError
+from tfx_bridge.cpu_allocator import ALLOCATORS, BFC, MALLOC, allocator_env
 from tfx_bridge.storage import fs
 
 # A larger batch counts only when its p50 per row is at least this much below the
@@ -170,26 +172,46 @@ def derive_batching(points: List[LatencyPoint], cores: int,
     return {"values": values, "why": why, "row_saving": round(saving, 4)}
 
 
+def default_allocator(target: str) -> str:
+    """The CPU allocator a push serves with unless one is given: BFC on CPU targets,
+    where malloc's fresh mappings of large tensors cost up to a third of a call
+    (tfx_bridge/cpu_allocator.py); TF's own choice on GPU targets, where it was not
+    measured."""
+    return BFC if target == "cpu" else MALLOC
+
+
 @dataclasses.dataclass(frozen=True)
 class Session:
-    """TF Serving's session thread pools for a host of ``cores`` cores."""
+    """TF Serving's session thread pools for a host of ``cores`` cores, and the CPU
+    allocator its process runs with (an environment variable, not a flag)."""
 
     cores: int
     intra_op: int
     inter_op: int
+    cpu_allocator: str = BFC
 
     def flags(self) -> List[str]:
         return [f"--{SESSION_FLAGS[0]}={self.intra_op}", f"--{SESSION_FLAGS[1]}={self.inter_op}"]
+
+    def env(self, memory_limit_mb: Optional[int]) -> Dict[str, str]:
+        """The server container's environment for the allocator."""
+        return allocator_env(self.cpu_allocator, memory_limit_mb)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Optional[dict]) -> Optional[Session]:
-        """A recorded session, or None for a state written before it was recorded."""
+    def from_dict(cls, data: Optional[dict], allocator: str = BFC
+                  ) -> Optional[Session]:
+        """A recorded session, or None for a state written before it was recorded. A
+        session recorded before the allocator was gets ``allocator``."""
         try:
-            return cls(**{k: int(data[k]) for k in ("cores", "intra_op", "inter_op")})
-        except (TypeError, KeyError, ValueError):
+            allocator = data.get("cpu_allocator", allocator)
+            if allocator not in ALLOCATORS:
+                return None
+            return cls(**{k: int(data[k]) for k in ("cores", "intra_op", "inter_op")},
+                       cpu_allocator=allocator)
+        except (AttributeError, TypeError, KeyError, ValueError):
             return None
 
 
@@ -209,6 +231,7 @@ class Tuning:
         return {"target_cores": self.session.cores,
                 "session": {SESSION_FLAGS[0]: self.session.intra_op,
                             SESSION_FLAGS[1]: self.session.inter_op},
+                "cpu_allocator": self.session.cpu_allocator,
                 "batching": dict(self.batching), "origins": dict(self.origins),
                 "measurement": self.measurement, "notes": list(self.notes)}
 
@@ -222,9 +245,11 @@ def tune(config, model_dir: Optional[str] = None) -> Tuning:
     origins["target_cores"] = "host" if cores is None else "given"
     cores = usable_cores() if cores is None else cores
     session = Session(cores, config.intra_op_parallelism or cores,
-                      config.inter_op_parallelism or cores)
+                      config.inter_op_parallelism or cores,
+                      config.cpu_allocator or default_allocator(config.target))
     origins[SESSION_FLAGS[0]] = "given" if config.intra_op_parallelism else "cores"
     origins[SESSION_FLAGS[1]] = "given" if config.inter_op_parallelism else "cores"
+    origins["cpu_allocator"] = "given" if config.cpu_allocator else "default"
     batching = dict(BATCHING_DEFAULTS[config.target])
     origins.update({k: "default" for k in batching})
     batching["num_batch_threads"], origins["num_batch_threads"] = cores, "cores"

@@ -1,7 +1,8 @@
 """Timing the saved candidates in a child process whose TensorFlow runs the kernels
 stock TF Serving on CPU runs: oneDNN off (``TF_ENABLE_ONEDNN_OPTS=0``, read once,
-when TensorFlow starts, so it cannot be switched in the caller's process) and no
-GPU (``child.SERVING_CPU_ENV``, the importer's equivalence check's worker too). The
+when TensorFlow starts, so it cannot be switched in the caller's process), no GPU,
+and the CPU allocator the pusher's manifest gives the server (``child.SERVING_CPU_ENV``,
+the importer's equivalence check's worker too; the report records which ran). The
 parent gives the folders, the serving flags and the feeds; the child loads each
 folder as TF Serving would (:func:`measure.load_servable`), times them
 (:func:`measure.measure_budgeted`) and prints the figures.
@@ -19,7 +20,7 @@ from typing import Dict, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from tfx_bridge import child
+from tfx_bridge import child, cpu_allocator
 from tfx_bridge.components.trt_optimizer import decide
 from tfx_bridge.components.trt_optimizer.errors import OptimizerError
 from tfx_bridge.components.trt_optimizer.results import Latency
@@ -79,6 +80,8 @@ def main(spec_path: str) -> None:
     timed, info = measure.measure_budgeted(calls, spec["budget_s"], spec["iterations"],
                                            spec["min_rounds"], refuse=_refusal(spec["refuse"]))
     info["onednn"] = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    info["cpu_allocator"] = (cpu_allocator.BFC if os.environ.get(cpu_allocator.USE_BFC_VAR)
+                             == "true" else cpu_allocator.MALLOC)
     latency = {name: [dataclasses.asdict(timed[b][name]) for b in sorted(timed)
                       if name in timed[b]] for name in servables}
     print(MARKER + json.dumps({"latency": latency, "info": info}), flush=True)

@@ -146,8 +146,18 @@ def test_cli_push_target_cores_and_threads_reach_the_server_flags(tmp_path, capf
     model = scaled_saved_model(str(tmp_path / "model"))
     base = tmp_path / "serving"
     code = cli.main(["push", "--model", model, "--base-path", str(base), "--model-name",
-                     "m", "--target-cores", "3", "--inter-op-parallelism", "1", "--quiet"])
+                     "m", "--target-cores", "3", "--inter-op-parallelism", "1",
+                     "--cpu-allocator", "malloc", "--quiet"])
     assert code == 0, capfd.readouterr().err
     manifest = (base / base_layout.K8S_MANIFEST).read_text()
     assert "--tensorflow_intra_op_parallelism=3" in manifest
     assert "--tensorflow_inter_op_parallelism=1" in manifest
+    assert "TF_CPU_ALLOCATOR_USE_BFC" not in manifest  # malloc: TF's own default
+
+
+def test_cli_push_unknown_cpu_allocator_usage_error_before_imports(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["push", "--model", str(tmp_path), "--base-path", str(tmp_path / "s"),
+                  "--model-name", "m", "--cpu-allocator", "jemalloc"])
+    assert e.value.code == 2
+    assert "--cpu-allocator: invalid choice: 'jemalloc'" in capsys.readouterr().err

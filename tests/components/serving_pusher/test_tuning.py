@@ -1,4 +1,5 @@
-"""ServingPusher's serving tuning: session threads from the target's cores, batching
+"""ServingPusher's serving tuning: session threads from the target's cores, the CPU
+allocator in the manifest's environment, batching
 from the model's measured latency curve, given values winning, unreadable reports
 falling back to the defaults with a note."""
 from __future__ import annotations
@@ -10,6 +11,7 @@ import pytest
 import yaml
 from google.protobuf import text_format
 
+from tfx_bridge import cpu_allocator
 from tfx_bridge.components.serving_pusher import base_layout, server_config, serving, tuning
 from tfx_bridge.components.serving_pusher.config import PusherConfig
 from tfx_bridge.components.serving_pusher.errors import PusherConfigError
@@ -189,6 +191,54 @@ def test_k8s_manifest_session_flags_and_cpu_limit(tmp_path):
     assert container["resources"]["limits"]["cpu"] == "6"
 
 
+def _container_env(text):
+    container = next(yaml.safe_load_all(text))["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container.get("env", [])}
+
+
+def test_k8s_manifest_cpu_target_bfc_allocator_capped_below_memory_limit(tmp_path):
+    base = tmp_path / "serving"
+    base.mkdir()
+    env = _container_env(server_config.k8s_manifest(str(base), "cpu", [],
+                                                     session=Session(2, 2, 2)))
+    limit_mb = int(env[cpu_allocator.BFC_LIMIT_VAR])
+    assert env[cpu_allocator.USE_BFC_VAR] == "true"
+    assert 0 < limit_mb < server_config.MEMORY_LIMIT_MB
+
+
+@pytest.mark.parametrize("target,allocator,expected", [
+    ("cpu", None, "bfc"), ("gpu", None, "malloc"), ("cpu", "malloc", "malloc"),
+    ("gpu", "bfc", "bfc")])
+def test_tune_cpu_allocator_target_default_or_given_in_manifest(tmp_path, target, allocator,
+                                                                expected):
+    result = tuning.tune(_config(tmp_path, target=target, target_cores=2,
+                                 cpu_allocator=allocator))
+    assert result.session.cpu_allocator == expected
+    assert result.record()["cpu_allocator"] == expected
+    assert result.origins["cpu_allocator"] == ("given" if allocator else "default")
+    base = tmp_path / "serving"
+    base.mkdir()
+    env = _container_env(server_config.k8s_manifest(str(base), target, [],
+                                                     session=result.session))
+    assert (env.get(cpu_allocator.USE_BFC_VAR) == "true") == (expected == "bfc")
+
+
+def test_config_unknown_cpu_allocator_refused(tmp_path):
+    with pytest.raises(PusherConfigError, match="cpu_allocator 'tcmalloc': use one of"):
+        _config(tmp_path, cpu_allocator="tcmalloc")
+
+
+@pytest.mark.parametrize("recorded,default,expected", [
+    ({"cores": 2, "intra_op": 2, "inter_op": 1}, "malloc", "malloc"),
+    ({"cores": 2, "intra_op": 2, "inter_op": 1, "cpu_allocator": "bfc"}, "malloc", "bfc"),
+    ({"cores": 2, "intra_op": 2, "inter_op": 1, "cpu_allocator": "jemalloc"}, "bfc", None),
+    ("not a dict", "bfc", None)])
+def test_session_from_dict_allocator_recorded_default_or_unreadable(recorded, default,
+                                                                    expected):
+    session = Session.from_dict(recorded, default)
+    assert (session and session.cpu_allocator) == expected
+
+
 def test_push_model_serves_measured_tuning_and_rollback_keeps_it(models, tmp_path):
     model = _report(tmp_path / "model", [(1, 2.0, 3.0), (32, 16.0, 20.0)])
     base = str(tmp_path / "serving")
@@ -204,6 +254,7 @@ def test_push_model_serves_measured_tuning_and_rollback_keeps_it(models, tmp_pat
     serving.rollback(base, "ctr", 1)
     manifest = open(os.path.join(base, base_layout.K8S_MANIFEST)).read()
     assert "--tensorflow_intra_op_parallelism=3" in manifest
+    assert _container_env(manifest)[cpu_allocator.USE_BFC_VAR] == "true"
     batching = text_format.Parse(open(os.path.join(base, base_layout.BATCHING_FILE)).read(),
                                  server_config.batching_message()())
     assert batching.max_execution_batch_size.value == 32

@@ -119,8 +119,10 @@ def test_default_cpu_run_needs_no_experimental_serving_flag(imported_mlp, tmp_pa
     assert not os.path.exists(os.path.join(out, "Format-Serving", savedmodel.TFLITE_FILE))
     decision = result.report["decision"]
     assert decision["kept"] == result.report["candidate"]
-    # The medians the choice compared were timed as stock TF Serving's CPU build runs.
+    # The medians the choice compared were timed as stock TF Serving's CPU build runs,
+    # with the allocator the pusher's manifest gives it.
     assert result.report["timing"]["onednn"] == "0"
+    assert result.report["timing"]["cpu_allocator"] == "bfc"
     assert result.report["timing"]["seconds"] > 0
     frozen = next(c for c in result.report["candidates"] if c["name"] == "frozen")
     # Batch sizes are judged smallest first; one refused there is not timed further.
