@@ -175,7 +175,10 @@ class Worker:
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
         if kind == "tf":
             # TF Serving's process as the pusher's manifest starts it (oneDNN off, its
-            # CPU allocator), or with ``allocator`` instead.
+            # CPU allocator), or with ``allocator`` instead; never one inherited from
+            # this shell, so the malloc row is TF's default allocator.
+            for name in (cpu_allocator.USE_BFC_VAR, cpu_allocator.BFC_LIMIT_VAR):
+                env.pop(name, None)
             env.update({k: v for k, v in child.SERVING_CPU_ENV.items()
                         if k not in (cpu_allocator.USE_BFC_VAR, cpu_allocator.BFC_LIMIT_VAR)})
             env.update(cpu_allocator.allocator_env(allocator))

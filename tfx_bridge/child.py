@@ -64,7 +64,8 @@ WARM_ENV = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
 # Stock TF Serving's CPU kernels: oneDNN off (TensorFlow reads the variable once, as it
 # is imported), no GPU, and the CPU allocator the pusher's manifest gives the server
 # (cpu_allocator.py). The importer's equivalence check and the optimizer's CPU timing
-# both run there: one warm worker serves both.
+# both run there: one warm worker serves both. BFC keeps a worker's peak after a large
+# model; WORKER_MAX_RSS retires such a worker instead of reusing it.
 SERVING_CPU_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "CUDA_VISIBLE_DEVICES": "",
                    **cpu_allocator.allocator_env(cpu_allocator.BFC)}
 

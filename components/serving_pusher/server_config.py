@@ -24,7 +24,6 @@ from tfx_bridge.components.serving_pusher.state import State, versions
 from tfx_bridge.components.serving_pusher.tuning import (
     Session,
     batching_problems,
-    default_allocator,
     usable_cores,
 )
 from tfx_bridge.storage import fs
@@ -140,7 +139,8 @@ def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
     ``session`` sets the server's thread pools and the container's CPU limit (default:
     this host's usable cores): left to itself TF Serving sizes its pools by the
     node's cores, not the container's limit. Its CPU allocator is the container's
-    environment, the arena capped below the memory limit (cpu_allocator.py).
+    environment, the arena capped below the memory limit (cpu_allocator.py);
+    without a session, TF's own allocator (a state recorded before pushes chose one).
     """
     import yaml
 
@@ -152,8 +152,7 @@ def k8s_manifest(base_path: str, target: str, flags: Sequence[str],
             f"--batching_parameters_file={mount}/{BATCHING_FILE}",
             f"--monitoring_config_file={mount}/{MONITORING_FILE}"]
     args += sorted(set(flags) & set(SERVER_FLAGS))
-    session = session or Session(usable_cores(), usable_cores(), usable_cores(),
-                                 default_allocator(target))
+    session = session or Session(usable_cores(), usable_cores(), usable_cores())
     args += session.flags()
     env = session.env(MEMORY_LIMIT_MB)
     limits = {"cpu": str(session.cores), "memory": f"{MEMORY_LIMIT_MB // 1024}Gi"}

@@ -79,12 +79,7 @@ from tfx_bridge.components.serving_pusher.state import (
     update_state,
     versions,
 )
-from tfx_bridge.components.serving_pusher.tuning import (
-    Session,
-    Tuning,
-    default_allocator,
-    tune,
-)
+from tfx_bridge.components.serving_pusher.tuning import Session, Tuning, tune
 from tfx_bridge.components.serving_pusher.warmup import (
     synthesize_feeds,
     write_warmup,
@@ -388,5 +383,5 @@ def rollback(base_path: str, model_name: str, to_version: int,
     set_label(base_path, model_name, "stable", to_version)
     with publisher_for(base_path).lock(model_root):
         write_configs(base_path, target, state.batching, server_base_path,
-                      Session.from_dict(state.session, default_allocator(target)))
+                      Session.from_dict(state.session))
     return State.load(model_root).labels

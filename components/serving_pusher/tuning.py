@@ -188,7 +188,8 @@ class Session:
     cores: int
     intra_op: int
     inter_op: int
-    cpu_allocator: str = BFC
+    # TF's own unless a push chose one: a session built without it changes nothing.
+    cpu_allocator: str = MALLOC
 
     def flags(self) -> List[str]:
         return [f"--{SESSION_FLAGS[0]}={self.intra_op}", f"--{SESSION_FLAGS[1]}={self.inter_op}"]
@@ -201,16 +202,16 @@ class Session:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Optional[dict], allocator: str = BFC
+    def from_dict(cls, data: Optional[dict], allocator: str = MALLOC
                   ) -> Optional[Session]:
-        """A recorded session, or None for a state written before it was recorded. A
-        session recorded before the allocator was gets ``allocator``."""
+        """A recorded session, or None for a state written before it was recorded.
+        ``allocator`` stands in where none (or one this version does not know) was
+        recorded: by default TF's own, which is what a server ran before the pusher
+        chose one."""
         try:
-            allocator = data.get("cpu_allocator", allocator)
-            if allocator not in ALLOCATORS:
-                return None
+            recorded = data.get("cpu_allocator", allocator)
             return cls(**{k: int(data[k]) for k in ("cores", "intra_op", "inter_op")},
-                       cpu_allocator=allocator)
+                       cpu_allocator=recorded if recorded in ALLOCATORS else allocator)
         except (AttributeError, TypeError, KeyError, ValueError):
             return None
 

@@ -46,8 +46,8 @@ def test_allocator_env_unknown_allocator_refused():
 
 
 def test_allocator_env_bfc_in_fresh_tensorflow_arena_used_and_capped():
-    # 64 MiB cap (from 73 MB x ARENA_SHARE): a 400 MiB tensor is refused by TF, not by
-    # the machine.
+    # A 63 MiB cap (73 x ARENA_SHARE): a 400 MiB tensor is refused by TF, not by the
+    # machine.
     env = cpu_allocator.allocator_env(cpu_allocator.BFC, memory_limit_mb=73)
     assert _probe(env, rows=100) == "stats True big refused"
 

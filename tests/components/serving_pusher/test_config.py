@@ -9,7 +9,8 @@ from tfx_bridge.components.serving_pusher.errors import PusherConfigError
 
 def test_config_json_round_trip_equal_with_batching_overrides():
     config = PusherConfig(base_path="s3://b/models", model_name="ctr", label="canary",
-                          batching_parameters={"max_batch_size": 64}, keep_versions=2)
+                          batching_parameters={"max_batch_size": 64}, keep_versions=2,
+                          cpu_allocator="malloc")
     assert PusherConfig.from_json(config.to_json()) == config
 
 

@@ -78,7 +78,7 @@ def test_derive_batching_timeout_below_share_of_batch_one_latency(p50_one):
 def test_tune_measured_report_derives_sizes_and_records_origins(tmp_path):
     model = _report(tmp_path / "model", [(1, 2.0, 3.0), (32, 16.0, 20.0)])
     result = tuning.tune(_config(tmp_path, target_cores=3), model)
-    assert result.session == Session(3, 3, 3)
+    assert result.session == Session(3, 3, 3, "bfc")
     assert result.batching["max_execution_batch_size"] == 32
     assert result.batching["num_batch_threads"] == 3
     assert result.origins["max_execution_batch_size"] == "measured"
@@ -196,14 +196,13 @@ def _container_env(text):
     return {e["name"]: e["value"] for e in container.get("env", [])}
 
 
-def test_k8s_manifest_cpu_target_bfc_allocator_capped_below_memory_limit(tmp_path):
+def test_k8s_manifest_bfc_session_allocator_capped_below_memory_limit(tmp_path):
     base = tmp_path / "serving"
     base.mkdir()
     env = _container_env(server_config.k8s_manifest(str(base), "cpu", [],
-                                                     session=Session(2, 2, 2)))
-    limit_mb = int(env[cpu_allocator.BFC_LIMIT_VAR])
-    assert env[cpu_allocator.USE_BFC_VAR] == "true"
-    assert 0 < limit_mb < server_config.MEMORY_LIMIT_MB
+                                                     session=Session(2, 2, 2, "bfc")))
+    assert env == {cpu_allocator.USE_BFC_VAR: "true", cpu_allocator.BFC_LIMIT_VAR: "7168"}
+    assert server_config.MEMORY_LIMIT_MB == 8192  # the 8Gi limit the 7168 is 7/8 of
 
 
 @pytest.mark.parametrize("target,allocator,expected", [
@@ -228,21 +227,37 @@ def test_config_unknown_cpu_allocator_refused(tmp_path):
         _config(tmp_path, cpu_allocator="tcmalloc")
 
 
-@pytest.mark.parametrize("recorded,default,expected", [
-    ({"cores": 2, "intra_op": 2, "inter_op": 1}, "malloc", "malloc"),
-    ({"cores": 2, "intra_op": 2, "inter_op": 1, "cpu_allocator": "bfc"}, "malloc", "bfc"),
-    ({"cores": 2, "intra_op": 2, "inter_op": 1, "cpu_allocator": "jemalloc"}, "bfc", None),
-    ("not a dict", "bfc", None)])
-def test_session_from_dict_allocator_recorded_default_or_unreadable(recorded, default,
-                                                                    expected):
-    session = Session.from_dict(recorded, default)
-    assert (session and session.cpu_allocator) == expected
+@pytest.mark.parametrize("recorded,expected", [
+    ({"cores": 2, "intra_op": 2, "inter_op": 1}, Session(2, 2, 1, "malloc")),
+    ({"cores": 2, "intra_op": 2, "inter_op": 1, "cpu_allocator": "bfc"},
+     Session(2, 2, 1, "bfc")),
+    ({"cores": 2, "intra_op": 2, "inter_op": 1, "cpu_allocator": "jemalloc"},
+     Session(2, 2, 1, "malloc")),
+    ({"cores": 2, "intra_op": 2}, None), ("not a dict", None)])
+def test_session_from_dict_missing_or_unknown_allocator_tf_default_threads_kept(recorded,
+                                                                                 expected):
+    # A session recorded before pushes chose an allocator ran TF's own.
+    assert Session.from_dict(recorded) == expected
+
+
+def test_rollback_state_without_allocator_serves_tf_default_allocator(models, tmp_path):
+    base = str(tmp_path / "serving")
+    assert serving.push_model(PusherConfig(base, "ctr", target_cores=2), models["a"]).pushed
+    state_path = os.path.join(base, "ctr", base_layout.STATE_FILE)
+    state = json.load(open(state_path))
+    del state["session"]["cpu_allocator"]  # as a state written before the field
+    with open(state_path, "w") as f:
+        json.dump(state, f)
+    serving.rollback(base, "ctr", 1)
+    manifest = open(os.path.join(base, base_layout.K8S_MANIFEST)).read()
+    assert cpu_allocator.USE_BFC_VAR not in _container_env(manifest)
+    assert "--tensorflow_intra_op_parallelism=2" in manifest
 
 
 def test_push_model_serves_measured_tuning_and_rollback_keeps_it(models, tmp_path):
     model = _report(tmp_path / "model", [(1, 2.0, 3.0), (32, 16.0, 20.0)])
     base = str(tmp_path / "serving")
-    config = PusherConfig(base, "ctr", target_cores=3)
+    config = PusherConfig(base, "ctr", target_cores=3, cpu_allocator="malloc")
     result = serving.push_model(config, model, saved_model_dir=models["a"],
                                 report_dir=str(tmp_path))
     assert result.pushed
@@ -254,7 +269,8 @@ def test_push_model_serves_measured_tuning_and_rollback_keeps_it(models, tmp_pat
     serving.rollback(base, "ctr", 1)
     manifest = open(os.path.join(base, base_layout.K8S_MANIFEST)).read()
     assert "--tensorflow_intra_op_parallelism=3" in manifest
-    assert _container_env(manifest)[cpu_allocator.USE_BFC_VAR] == "true"
+    # The recorded allocator, not the cpu default.
+    assert cpu_allocator.USE_BFC_VAR not in _container_env(manifest)
     batching = text_format.Parse(open(os.path.join(base, base_layout.BATCHING_FILE)).read(),
                                  server_config.batching_message()())
     assert batching.max_execution_batch_size.value == 32
