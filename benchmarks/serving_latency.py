@@ -177,10 +177,9 @@ class Worker:
             # TF Serving's process as the pusher's manifest starts it (oneDNN off, its
             # CPU allocator), or with ``allocator`` instead; never one inherited from
             # this shell, so the malloc row is TF's default allocator.
-            for name in (cpu_allocator.USE_BFC_VAR, cpu_allocator.BFC_LIMIT_VAR):
+            env.update(child.SERVING_CPU_ENV)
+            for name in cpu_allocator.VARIABLES:
                 env.pop(name, None)
-            env.update({k: v for k, v in child.SERVING_CPU_ENV.items()
-                        if k not in (cpu_allocator.USE_BFC_VAR, cpu_allocator.BFC_LIMIT_VAR)})
             env.update(cpu_allocator.allocator_env(allocator))
         self.label = label
         self.proc = subprocess.Popen(

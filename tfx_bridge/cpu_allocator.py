@@ -18,15 +18,18 @@ Example:
     {'TF_CPU_ALLOCATOR_USE_BFC': 'true', 'TF_CPU_BFC_MEM_LIMIT_IN_MB': '7168'}
     >>> allocator_env("malloc", memory_limit_mb=8192)
     {}
+    >>> allocator_of(allocator_env("bfc"))
+    'bfc'
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Mapping, Optional
 
 BFC, MALLOC = "bfc", "malloc"
 ALLOCATORS = (BFC, MALLOC)
 USE_BFC_VAR = "TF_CPU_ALLOCATOR_USE_BFC"
 BFC_LIMIT_VAR = "TF_CPU_BFC_MEM_LIMIT_IN_MB"
+VARIABLES = (USE_BFC_VAR, BFC_LIMIT_VAR)
 # The arena's share of the container's memory: the rest is the server's own (code,
 # request and response buffers, the batching queue), which TF's allocator never sees.
 ARENA_SHARE = 0.875
@@ -43,3 +46,9 @@ def allocator_env(allocator: str, memory_limit_mb: Optional[int] = None) -> Dict
     if memory_limit_mb is not None:
         env[BFC_LIMIT_VAR] = str(int(memory_limit_mb * ARENA_SHARE))
     return env
+
+
+def allocator_of(env: Mapping[str, str]) -> str:
+    """The allocator a TensorFlow process started with ``env`` uses, as
+    :func:`allocator_env` sets it."""
+    return BFC if env.get(USE_BFC_VAR) == "true" else MALLOC

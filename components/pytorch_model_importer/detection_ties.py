@@ -27,9 +27,9 @@ def explained(want, got, group, off, box_atol: float) -> bool:
 
 
 def _matcher(want, got, box_atol: float):
-    """``(tied, same)``: whether served row ``i`` and reference row ``j`` have one label
-    and scores within ``TIE_ATOL`` (``tied``), and their boxes within ``box_atol`` too
-    (``same``: the same detection)."""
+    """``(tied, same, iou)``: whether served row ``i`` and reference row ``j`` have one
+    label and scores within ``TIE_ATOL`` (``tied``), and their boxes within ``box_atol``
+    too (``same``: the same detection); ``iou``: their boxes' overlap."""
     labels_w, labels_g = np.asarray(want["labels"]), np.asarray(got["labels"])
     boxes_w, boxes_g = np.asarray(want["boxes"], np.float64), np.asarray(got["boxes"], np.float64)
     scores_w, scores_g = np.asarray(want["scores"]), np.asarray(got["scores"])
@@ -41,13 +41,13 @@ def _matcher(want, got, box_atol: float):
     def same(i, j):
         return tied(i, j) and bool(np.abs(boxes_g[i] - boxes_w[j]).max() <= box_atol)
 
-    return tied, same
+    return tied, same, lambda i, j: _iou(boxes_g[i], boxes_w[j])
 
 
 def _same_within_ties(want, got, group, off, box_atol: float) -> bool:
     """Every detection out of place has its match (label, box, score) among the
     reference's detections of its own tie group."""
-    _, same = _matcher(want, got, box_atol)
+    _, same, _ = _matcher(want, got, box_atol)
     for i in np.flatnonzero(off):
         peers = np.flatnonzero(group == group[i])
         if len(peers) < 2 or not any(same(i, j) for j in peers):
@@ -79,8 +79,7 @@ def _tied_choice(want, got, group, off, box_atol: float) -> bool:
     >>> _tied_choice(want, {**got, "labels": np.array([7, 8])}, group, off, 1e-3)
     False
     """
-    tied, same = _matcher(want, got, box_atol)
-    boxes_w, boxes_g = np.asarray(want["boxes"], np.float64), np.asarray(got["boxes"], np.float64)
+    tied, same, iou = _matcher(want, got, box_atol)
     chosen = False
     for g in np.unique(group[off]):
         rows = np.flatnonzero(group == g)
@@ -93,7 +92,7 @@ def _tied_choice(want, got, group, off, box_atol: float) -> bool:
             return False
         chosen = chosen or bool(lone_got)
         for i in lone_got:
-            overlap = {j: _iou(boxes_g[i], boxes_w[j]) for j in lone_want if tied(i, j)}
+            overlap = {j: iou(i, j) for j in lone_want if tied(i, j)}
             partners = [j for j, iou in overlap.items() if iou > NMS_TIE_IOU]
             if not partners:
                 return False

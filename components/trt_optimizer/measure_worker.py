@@ -80,8 +80,7 @@ def main(spec_path: str) -> None:
     timed, info = measure.measure_budgeted(calls, spec["budget_s"], spec["iterations"],
                                            spec["min_rounds"], refuse=_refusal(spec["refuse"]))
     info["onednn"] = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
-    info["cpu_allocator"] = (cpu_allocator.BFC if os.environ.get(cpu_allocator.USE_BFC_VAR)
-                             == "true" else cpu_allocator.MALLOC)
+    info["cpu_allocator"] = cpu_allocator.allocator_of(os.environ)
     latency = {name: [dataclasses.asdict(timed[b][name]) for b in sorted(timed)
                       if name in timed[b]] for name in servables}
     print(MARKER + json.dumps({"latency": latency, "info": info}), flush=True)
