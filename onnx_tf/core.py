@@ -431,16 +431,19 @@ class GraphRun:
         for node in graph.node:
             self.run_node(node)
 
-    def producer(self, name: str):
-        """The NodeProto that made value ``name`` (enclosing graphs included), or None."""
+    def producer(self, name: str) -> Tuple[Optional[Any], Optional[GraphRun]]:
+        """``(node, run)``: the NodeProto that made value ``name`` (enclosing graphs
+        included) and the run that ran it, where its inputs are to be looked up (a
+        subgraph's names may shadow the enclosing graph's); ``(None, None)`` for a
+        graph input, an initializer or an unknown name."""
         run = self
         while run is not None:
             if name in run.producers:
-                return run.producers[name]
+                return run.producers[name], run
             if name in run.values:
-                return None
+                return None, None
             run = run.parent
-        return None
+        return None, None
 
     def run_node(self, proto) -> None:
         tf = _tf()

@@ -11,6 +11,7 @@ from tfx_bridge.onnx_tf.ops import (  # noqa: F401
     detection,
     expand_pad,
     gather_scatter,
+    grid_sample,
     index,
     logic,
     loss,

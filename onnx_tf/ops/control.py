@@ -128,7 +128,7 @@ def _static(run, name: str, depth: int = 0):
         return None
     if is_const(value):
         return np.asarray(value)
-    proto = run.producer(name)
+    proto, run = run.producer(name)  # its inputs are names of the graph that ran it
     if proto is None:
         return None
     attrs = {a.name: a for a in proto.attribute}

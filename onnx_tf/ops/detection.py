@@ -8,9 +8,11 @@ suppressed when its IoU with a kept box is strictly above the IoU threshold; a b
 zero area suppresses nothing; either corner pair order is accepted. Center-format
 boxes are turned into corners with the arithmetic ONNX's reference uses.
 
-RoiAlign is written out: TF's ``crop_and_resize`` samples one point per output
-cell, while ONNX averages (or takes the max of) a grid of bilinear samples per
-cell whose size, with ``sampling_ratio=0``, depends on each box.
+RoiAlign averages (or takes the max of) a grid of bilinear samples per output cell.
+With a fixed ``sampling_ratio`` and ``avg`` (torchvision's MultiScaleRoIAlign), TF's
+``crop_and_resize`` samples the whole grid in one kernel and an average pool takes
+each cell's mean. Otherwise (``sampling_ratio=0``: a grid per box; ``max``: ONNX
+takes the max of each sample's weighted corners) the samples are gathered.
 """
 from __future__ import annotations
 
@@ -80,16 +82,28 @@ def non_max_suppression(node):
 # --------------------------------------------------------------------------- RoiAlign
 
 
+def _sample_positions(tf, start, size, bins: int, grid, grid_max):
+    """[R, bins, G] sample positions along one axis, in the order of ONNX's arithmetic
+    (``start + cell * bin + (step + 0.5) * bin / grid``). The divisions are
+    ``divide_no_nan`` (no divisor is 0): Grappler's constant folding pushes constants
+    through Mul and Div (``(c1 * x) / c2`` to ``(c1 / c2) * x``), which rounds
+    differently and moves a sample lying exactly on -1 or on the map's extent across
+    ONNX's border test (5.0 became 5.0000005)."""
+    dtype = start.dtype
+    bin_size = tf.math.divide_no_nan(size, tf.cast(bins, dtype))  # [R]
+    cells = tf.cast(tf.range(bins), dtype)
+    steps = tf.cast(tf.range(grid_max), dtype)
+    grid_f = tf.cast(grid, dtype)
+    offsets = tf.math.divide_no_nan((steps[None, None, :] + 0.5) * bin_size[:, None, None],
+                                    grid_f[:, None, None])
+    return start[:, None, None] + cells[None, :, None] * bin_size[:, None, None] + offsets
+
+
 def _axis_samples(tf, start, size, bins: int, grid, grid_max, extent, dtype):
     """Sample coordinates along one axis: [R, bins, G] positions, their low/high
     pixel, the low/high weights and whether each sample counts (in the box's grid and
     not past the border ONNX ignores)."""
-    bin_size = size / bins  # [R]
-    cells = tf.cast(tf.range(bins), dtype)
-    steps = tf.cast(tf.range(grid_max), dtype)
-    grid_f = tf.cast(tf.maximum(grid, 1), dtype)
-    pos = (start[:, None, None] + cells[None, :, None] * bin_size[:, None, None]
-           + (steps[None, None, :] + 0.5) * bin_size[:, None, None] / grid_f[:, None, None])
+    pos = _sample_positions(tf, start, size, bins, tf.maximum(grid, 1), grid_max)
     extent_f = tf.cast(extent, dtype)
     inside = tf.logical_and(pos >= -1.0, pos <= extent_f)
     in_grid = tf.range(grid_max)[None, None, :] < grid[:, None, None]
@@ -102,6 +116,42 @@ def _axis_samples(tf, start, size, bins: int, grid, grid_max, extent, dtype):
     pos = tf.where(at_edge, tf.cast(low, dtype), pos)
     frac = pos - tf.cast(low, dtype)
     return low, high, 1.0 - frac, frac, inside, in_grid
+
+
+def _roi_align_resampled(tf, x, start, size, grids, batch, out_hw, ratio: int, extent):
+    """Average RoiAlign on a fixed ``ratio`` x ``ratio`` grid per cell (``grids``: the
+    per-box [R] grid of each axis, ``ratio`` everywhere), [R, oh, ow, C].
+
+    ``crop_and_resize`` samples ``n`` evenly spaced points from a box's first to its
+    last normalized coordinate, scaled by the image's extent minus one; the box is
+    chosen so that those points are RoiAlign's sample positions. ONNX clamps a sample
+    up to one pixel outside the map to the border and ignores one further out. The
+    map is padded by two copies of its border, so every sample ONNX keeps reads the
+    border's value even where the normalized round trip moves it by a rounding step,
+    and the samples ONNX ignores are zeroed by a mask computed from the positions as
+    ONNX computes them (``crop_and_resize`` zeroes only samples outside its image).
+    The average pool then takes each cell's mean.
+    """
+    # SYMMETRIC padding of 1 repeats the edge; twice, also on a map one pixel wide.
+    padded = x
+    for _ in range(2):
+        padded = tf.pad(padded, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
+    corners, keep = [], []
+    for first, length, grid, bins, dim in zip(start, size, grids, out_hw, extent,
+                                              strict=True):
+        pos = tf.reshape(_sample_positions(tf, first, length, bins, grid, ratio),
+                         [-1, bins * ratio])  # [R, n]
+        keep.append(tf.logical_and(pos >= -1.0, pos <= tf.cast(dim, pos.dtype)))
+        # The first and last samples, + 2 for the padded rows/columns before the map,
+        # over the padded map's extent minus one.
+        last = tf.cast(dim + 3, pos.dtype)
+        corners.append(((pos[:, 0] + 2.0) / last, (pos[:, -1] + 2.0) / last))
+    boxes = tf.stack([corners[0][0], corners[1][0], corners[0][1], corners[1][1]], 1)
+    crops = tf.image.crop_and_resize(padded, boxes, tf.cast(batch, tf.int32),
+                                     [out_hw[0] * ratio, out_hw[1] * ratio])
+    inside = tf.logical_and(keep[0][:, :, None, None], keep[1][:, None, :, None])
+    crops = tf.where(inside, crops, tf.zeros([], crops.dtype))
+    return tf.nn.avg_pool2d(crops, ratio, ratio, "VALID")
 
 
 @op("RoiAlign", attrs={"coordinate_transformation_mode": "half_pixel", "mode": "avg",
@@ -141,6 +191,10 @@ def roi_align(node):
     else:
         grid_h = tf.cast(tf.math.ceil(roi_h / oh), tf.int64)
         grid_w = tf.cast(tf.math.ceil(roi_w / ow), tf.int64)
+    if mode == "avg" and ratio > 0 and dtype == tf.float32:  # crop_and_resize: float32
+        out = _roi_align_resampled(tf, x, (y1, x1), (roi_h, roi_w), (grid_h, grid_w), batch,
+                                   (oh, ow), ratio, (height, width))
+        return tf.cast(tf.transpose(out, [0, 3, 1, 2]), node.t(0).dtype)
     one = tf.ones([1], tf.int64)  # no box: a grid of one
     gh_max = tf.reduce_max(tf.concat([grid_h, one], 0))
     gw_max = tf.reduce_max(tf.concat([grid_w, one], 0))
@@ -168,7 +222,9 @@ def roi_align(node):
             v = tf.gather(flat, base + yv(yi) * width + xv(xi))
             part = w[..., None] * v
             if mode == "avg":
-                part = tf.reduce_sum(part, axis=[2, 4])
+                # One axis at a time: TF's CPU Sum over the two non-adjacent grid
+                # axes at once ran 2-3x slower than two single-axis sums.
+                part = tf.reduce_sum(tf.reduce_sum(part, axis=4), axis=2)
                 acc = part if acc is None else acc + part
             else:
                 acc = part if acc is None else tf.maximum(acc, part)

@@ -9,6 +9,7 @@ import numpy as np
 
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.ops.shape import runtime_axes
+from tfx_bridge.onnx_tf.ops.shape_util import known_values
 from tfx_bridge.onnx_tf.ops.tensor_util import FIX_CONST, Dim, _axis, _dims, _scalar, i64, vec
 from tfx_bridge.onnx_tf.registry import op
 
@@ -23,9 +24,20 @@ def expand(node):
     if target is not None and all(isinstance(d, int) for d in dims):
         out = np.broadcast_shapes(tuple(dims), tuple(int(v) for v in target.reshape(-1)))
         return tf.broadcast_to(node.t(0), np.array(out, np.int64))
+    known = known_values(node.value(1))
     target = tf.cast(node.t(1), tf.int64)
     out = tf.broadcast_dynamic_shape(tf.convert_to_tensor(vec(dims)), target)
-    return tf.broadcast_to(node.t(0), out)
+    result = tf.broadcast_to(node.t(0), out)
+    if known is not None:
+        # The static dims the target's known entries give (Shape(other) of a tensor
+        # with a dynamic batch), for the consumers' handlers; a target that does not
+        # broadcast (or a negative entry) is left to fail when the graph runs.
+        try:
+            result.set_shape(tf.broadcast_static_shape(tf.TensorShape(node.shape(0)),
+                                                       tf.TensorShape(known)))
+        except ValueError:
+            pass
+    return result
 
 
 @op("Tile", since=6)

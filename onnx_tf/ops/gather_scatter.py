@@ -7,6 +7,7 @@ from typing import Optional
 import numpy as np
 
 from tfx_bridge.onnx_tf.core import is_const
+from tfx_bridge.onnx_tf.layout import Permuted
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.ops.shape_util import known_values
 from tfx_bridge.onnx_tf.ops.tensor_util import (
@@ -39,11 +40,67 @@ def gather(node):
     return tf.gather(node.t(0), indices, axis=axis)
 
 
+def _expanded_from(node, i: int):
+    """The value an ONNX Expand broadcast into input ``i``, or None. The Expand's own
+    input is looked up in the graph that ran it: a subgraph's input may shadow it."""
+    if i >= len(node.proto.input):
+        return None
+    proto, run = node.graph.producer(node.proto.input[i])
+    if proto is None or proto.op_type != "Expand" or proto.domain not in ("", "ai.onnx"):
+        return None
+    try:
+        source = run.lookup(proto.input[0])
+    except KeyError:
+        return None
+    return None if isinstance(source, Permuted) else source
+
+
+def _slice_coords(node, dims, axis: int):
+    """Coordinates of whole trailing slices, [*indices.shape[:axis + 1], axis + 1], when
+    the indices are an Expand of values that do not vary after ``axis`` and span the
+    data there (torch's ``index.view(-1, 1, 1).expand_as(src)`` before a gather or
+    scatter on dim 0); None otherwise. One coordinate per slice instead of one per
+    element: the full form built (and TF's scatter read) a rank-wide index for every
+    element."""
+    source = _expanded_from(node, 1)
+    if source is None or axis == len(dims) - 1:
+        return None
+    index_dims = node.shape(1)
+    updates = node.shape(2) if node.op_type != "GatherElements" else None
+    if updates is not None and len(updates) == len(index_dims):  # ONNX: the same shape
+        index_dims = [d if d is not None else u
+                      for d, u in zip(index_dims, updates, strict=True)]
+    if not is_const(source) and source.shape.rank is None:
+        return None
+    shape = list(np.shape(source)) if is_const(source) else source.shape.as_list()
+    if len(index_dims) != len(dims) or len(shape) > len(dims):
+        return None
+    trailing = len(dims) - axis - 1
+    aligned = [1] * (len(dims) - len(shape)) + shape  # Expand aligns on the right
+    for j in range(axis + 1, len(dims)):
+        if aligned[j] != 1 or not isinstance(dims[j], int) or index_dims[j] != dims[j]:
+            return None
+    tf = _tf()
+    values = node.graph.converter.tensor(source, node.folding) if is_const(source) \
+        else source
+    if len(shape) > trailing:
+        values = tf.squeeze(values, list(range(len(shape) - trailing, len(shape))))
+    else:
+        values = tf.reshape(values, [])
+    prefix = _dims(node, 1)[:axis + 1]
+    values = tf.broadcast_to(values, vec(prefix))  # the Expand's own right alignment
+    return _grid(prefix, normalize_indices(values, dims[axis]), axis)
+
+
 def _element_coords(node):
-    """Full coordinates of every element of the indices (input 1) along ``axis`` of the
-    data (input 0): the form gather_nd / scatter_nd take for *Elements ops."""
+    """Coordinates along ``axis`` of the data (input 0) for every element of the
+    indices (input 1), or of every whole trailing slice where the indices are
+    broadcast there: the form gather_nd / scatter_nd take for *Elements ops."""
     dims = _dims(node, 0)
     axis = _axis(node, node.attr("axis"), len(dims))
+    coords = _slice_coords(node, dims, axis)
+    if coords is not None:
+        return coords
     indices = normalize_indices(node.value(1), dims[axis])
     return _grid(_dims(node, 1), indices, axis)
 

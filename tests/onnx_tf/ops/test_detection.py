@@ -141,6 +141,58 @@ def test_roi_align_avg_odd_shapes_matches_torchvision_roi_align_and_onnxruntime(
     np.testing.assert_allclose(got, ref.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode,ratio,resampled", [("avg", 2, True), ("avg", 0, False),
+                                                  ("max", 2, False)])
+def test_roi_align_fixed_grid_average_samples_with_crop_and_resize(mode, ratio, resampled):
+    converted = core.convert(_roi_model(mode, "half_pixel", ratio, (3, 5), 0.5))
+    types = {o.type for o in converted.serve.graph.get_operations()}
+    assert ("CropAndResize" in types) == resampled
+    assert ("GatherV2" in types) != resampled
+
+
+@pytest.mark.parametrize("transform,roi,out_h", [
+    ("output_half_pixel", [0, 4, 6, 6], 1),  # a sample on y == 5, the map's extent
+    ("half_pixel", [0, -1.75, 6, 5.75], 3),  # a sample on y == -1
+    ("output_half_pixel", [-2.75, -2.5, 4.5, 6.5], 1),  # both, and x past -1
+    ("half_pixel", [4, 7, -2, -2], 1)])  # corners in reverse order
+@pytest.mark.parametrize("ratio,dims,boxes", [(3, [1, 2, 5, 6], 2),
+                                              (2, [None, None, None, None], None)])
+def test_roi_align_samples_on_the_border_count_as_onnxruntime(transform, roi, out_h, ratio,
+                                                              dims, boxes):
+    """ONNX keeps a sample lying exactly on -1 or on the map's extent (at the border's
+    value) and drops one beyond; rounding in the resampled form, or Grappler
+    reassociating the position arithmetic, must not move it across."""
+    x = np.random.default_rng(1).standard_normal((1, 2, 5, 6)).astype(np.float32) + 3
+    node = helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], mode="avg",
+                            coordinate_transformation_mode=transform, sampling_ratio=ratio,
+                            output_height=out_h, output_width=1)
+    model = _model(node, [helper.make_tensor_value_info("x", F, dims),
+                          helper.make_tensor_value_info("rois", F, [boxes, 4]),
+                          helper.make_tensor_value_info("batch", I64, [boxes])],
+                   [helper.make_tensor_value_info("y", F, None)])
+    feeds = {"x": x, "rois": np.array([roi, [0, 0, 6, 5]], np.float32),
+             "batch": np.zeros(2, np.int64)}
+    want, got = _run_both(model, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_roi_align_resampled_half_precision_and_no_boxes_as_onnxruntime():
+    x = np.random.default_rng(4).standard_normal((2, 3, 9, 7)).astype(np.float16)
+    node = helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], mode="avg",
+                            sampling_ratio=2, output_height=2, output_width=3,
+                            spatial_scale=0.5)
+    model = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 3, 9, 7]),
+                          helper.make_tensor_value_info("rois", TensorProto.FLOAT16, [None, 4]),
+                          helper.make_tensor_value_info("batch", I64, [None])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)])
+    rois = np.array([[1, 2, 11, 15], [-3, 0, 4, 20]], np.float16)
+    want, got = _run_both(model, {"x": x, "rois": rois, "batch": np.array([1, 0])})
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=5e-3)
+    want, got = _run_both(model, {"x": x, "rois": rois[:0], "batch": np.zeros(0, np.int64)})
+    assert got.shape == want.shape == (0, 3, 2, 3)
+
+
 @pytest.mark.parametrize("transform,ratio", [("half_pixel", 0), ("output_half_pixel", 2)])
 def test_roi_align_max_matches_onnxruntime(transform, ratio):
     feeds = _roi_feeds(np.random.default_rng(7))
