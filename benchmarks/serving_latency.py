@@ -110,6 +110,7 @@ def export(name: str, cache: str) -> str:
 def prepare(name: str, variant: str, cache: str) -> dict:
     """Imports (``ours``, ``onnx2tf``) or optimizes (``optimized``) model ``name``; runs
     in a child process. The SavedModel folder, or the refusal."""
+    from tfx_bridge import serving_threads
     from tfx_bridge.components.pytorch_model_importer import convert
     from tfx_bridge.components.pytorch_model_importer.config import ImporterConfig
     from tfx_bridge.components.pytorch_model_importer.source import ModelSource
@@ -121,8 +122,14 @@ def prepare(name: str, variant: str, cache: str) -> dict:
     if variant == "optimized":
         result = optimize.optimize_local(os.path.join(folder, "ours"),
                                          os.path.join(folder, "optimized"))
+        # The server's session threads as the pusher would set them from the report.
+        session = result.report.get("session") or {}
+        threads = (serving_threads.session_flags(session["intra_op_parallelism"],
+                                                 session["inter_op_parallelism"])
+                   if session.get("inter_op_parallelism") is not None else [])
         return {"dir": os.path.join(folder, "optimized", convert.SERVING_DIR),
-                "flags": " ".join(result.serving_flags), "backend": result.backend,
+                "flags": " ".join(result.serving_flags + threads), "backend": result.backend,
+                "session": session.get("reason"),
                 "candidate": result.report.get("candidate"), "blessed": result.blessed,
                 "seconds": round(time.perf_counter() - start, 1)}
     converter = "tfx-bridge" if variant == "ours" else "onnx2tf"

@@ -126,6 +126,7 @@ class TfBackend:
     def __init__(self, args):
         import tensorflow as tf
 
+        from tfx_bridge import serving_threads
         from tfx_bridge.components.trt_optimizer import measure
 
         flags = args.flags.split() if args.flags else []
@@ -133,9 +134,16 @@ class TfBackend:
         self.servable = measure.load_servable(args.model, flags)
         self.session = None
         if not any("tflite" in f for f in flags):
+            # TF Serving's session threads where the flags give them (the optimizer's
+            # measured inter-op choice); TF's defaults (the host's cores) otherwise.
+            threads = {f.split("=")[0].lstrip("-"): int(f.split("=")[1]) for f in flags
+                       if f.split("=")[0].lstrip("-") in serving_threads.SESSION_FLAGS}
+            config = tf.compat.v1.ConfigProto(
+                intra_op_parallelism_threads=threads.get(serving_threads.SESSION_FLAGS[0], 0),
+                inter_op_parallelism_threads=threads.get(serving_threads.SESSION_FLAGS[1], 0))
             self.graph = tf.Graph()
             with self.graph.as_default():
-                self.session = tf.compat.v1.Session(graph=self.graph)
+                self.session = tf.compat.v1.Session(graph=self.graph, config=config)
                 meta = tf.compat.v1.saved_model.loader.load(self.session, ["serve"],
                                                             args.model)
             sig = meta.signature_def["serving_default"]

@@ -131,6 +131,7 @@ def cmd_optimize(args: argparse.Namespace) -> Dict[str, Any]:
             "latency_before_ms": result.report["latency_before_ms"],
             "latency_after_ms": result.report["latency_after_ms"],
             "decision": result.report["decision"]["reason"],
+            "session": (result.report.get("session") or {}).get("reason"),
             "tensorrt_ran": result.report["tensorrt"]["ran"],
             "output": shown(args.output),
             "_exit": EXIT_OK if result.blessed else EXIT_CHECK_FAILED}

@@ -13,6 +13,12 @@ from tfx_bridge.cli.common import (
     number_between,
     positive_int,
 )
+from tfx_bridge.serving_threads import CALLER_THREAD
+
+
+def _inter_op(text: str) -> int:
+    """A count of inter-op threads, or CALLER_THREAD."""
+    return CALLER_THREAD if text.strip() == str(CALLER_THREAD) else positive_int(text)
 
 
 def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:
@@ -82,10 +88,12 @@ def add_parser(sub) -> None:
                      default=defaults.intra_op_parallelism,
                      help="TF Serving's --tensorflow_intra_op_parallelism (default: the "
                           "target's cores)")
-    psh.add_argument("--inter-op-parallelism", type=positive_int,
+    psh.add_argument("--inter-op-parallelism", type=_inter_op,
                      default=defaults.inter_op_parallelism,
-                     help="TF Serving's --tensorflow_inter_op_parallelism (default: the "
-                          "target's cores)")
+                     help="TF Serving's --tensorflow_inter_op_parallelism, or "
+                          f"{CALLER_THREAD} to run each call in its calling thread (default: "
+                          "what the optimizer measured faster on the target's cores, else "
+                          "the target's cores)")
     psh.add_argument("--cpu-allocator", choices=ALLOCATORS, default=defaults.cpu_allocator,
                      help="TensorFlow's CPU allocator in the server, set in the manifest's "
                           "environment (default: bfc for --target cpu, malloc for gpu; "

@@ -32,6 +32,7 @@ from tfx_bridge.components.serving_pusher.tuning import batching_problems
 from tfx_bridge.config import Config
 from tfx_bridge.cpu_allocator import ALLOCATORS
 from tfx_bridge.errors import BridgeError
+from tfx_bridge.serving_threads import CALLER_THREAD
 from tfx_bridge.storage.names import check_segment, uri_problem
 
 
@@ -114,9 +115,13 @@ class PusherConfig(Config):
                             "(TF Serving replays them at load; a push always writes warmup)")
         for name in ("target_cores", "intra_op_parallelism", "inter_op_parallelism"):
             value = getattr(self, name)
+            if name == "inter_op_parallelism" and value == CALLER_THREAD:
+                continue  # each call in its calling thread (serving-config.md)
             if value is not None and value < 1:
-                problems.append(f"{name} must be >= 1 (a count of cores or threads), got "
-                                f"{value}; leave it out for this host's usable cores")
+                extra = (f", or {CALLER_THREAD} to run each call in its calling thread"
+                         if name == "inter_op_parallelism" else "")
+                problems.append(f"{name} must be >= 1 (a count of cores or threads){extra}, "
+                                f"got {value}; leave it out for this host's usable cores")
         if self.cpu_allocator is not None and self.cpu_allocator not in ALLOCATORS:
             problems.append(f"cpu_allocator {self.cpu_allocator!r}: use one of "
                             f"{list(ALLOCATORS)}, or leave it out (bfc on cpu targets)")

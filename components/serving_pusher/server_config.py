@@ -24,8 +24,8 @@ from tfx_bridge.components.serving_pusher.state import State, versions
 from tfx_bridge.components.serving_pusher.tuning import (
     Session,
     batching_problems,
-    usable_cores,
 )
+from tfx_bridge.serving_threads import usable_cores
 from tfx_bridge.storage import fs
 
 # The server container's memory limit in the manifest; the CPU allocator's arena is

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from tfx_bridge import limits
@@ -28,6 +27,7 @@ from tfx_bridge.artifacts.layout import REPORT_JSON
 from tfx_bridge.components.serving_pusher.base_layout import BATCHING_DEFAULTS
 from tfx_bridge.components.serving_pusher.errors import PusherConfigError
 from tfx_bridge.cpu_allocator import ALLOCATORS, BFC, MALLOC, allocator_env
+from tfx_bridge.serving_threads import CALLER_THREAD, SESSION_FLAGS, session_flags, usable_cores
 from tfx_bridge.storage import fs
 
 # A larger batch counts only when its p50 per row is at least this much below the
@@ -44,20 +44,12 @@ MAX_TIMEOUT_MICROS = BATCHING_DEFAULTS["cpu"]["batch_timeout_micros"]
 # so a derived value never contradicts a given one (TF Serving refuses such a mix).
 SIZE_FIELDS = ("max_batch_size", "enable_large_batch_splitting", "max_execution_batch_size",
                "allowed_batch_sizes")
-SESSION_FLAGS = ("tensorflow_intra_op_parallelism", "tensorflow_inter_op_parallelism")
 # The optimizer's report: the kept candidate's name, every candidate's latencies.
 REPORT_CANDIDATE, REPORT_CANDIDATES, REPORT_P50_AFTER = (
     "candidate", "candidates", "latency_after_ms")
+# The optimizer's session-threads measurement (trt_optimizer/session_threads.py).
+REPORT_SESSION = "session"
 MAX_REPORT_BYTES = 16 * 1024 * 1024
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, as a container's cpuset
-    sets it), not the machine's count."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # no affinity API (macOS)
-        return max(1, os.cpu_count() or 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,23 +77,29 @@ def _kept_latency(report: dict) -> list:
     return []
 
 
-def read_latency(model_dir: Optional[str]) -> Tuple[List[LatencyPoint], Optional[dict],
-                                                    List[str]]:
-    """(points sorted by batch, where they came from, notes) from the optimizer's
-    report in ``model_dir``; no points and a note when there are none to read."""
+def read_report(model_dir: Optional[str]) -> Tuple[Optional[dict], Optional[str],
+                                                   List[str]]:
+    """(the optimizer's report in ``model_dir`` or None, its path, notes)."""
     if model_dir is None:
-        return [], None, ["no model report was given: no latency measured"]
+        return None, None, ["no model report was given: no latency measured"]
     path = fs.join(model_dir, REPORT_JSON)
     try:
         if not fs.exists(path):
-            return [], None, [f"{path} does not exist: no latency measured"]
+            return None, path, [f"{path} does not exist: no latency measured"]
         report = limits.read_json(path, PusherConfigError, "Re-run the optimizer that "
                                   "wrote it.", MAX_REPORT_BYTES)
     except (ValueError, OSError) as e:  # BridgeErrors are ValueErrors
-        return [], None, [f"{path} could not be read ({str(e)[:200]}): no latency used"]
+        return None, path, [f"{path} could not be read ({str(e)[:200]}): no latency used"]
     if not isinstance(report, dict):
-        return [], None, [f"{path} holds a {type(report).__name__}, not an object: "
-                          "no latency used"]
+        return None, path, [f"{path} holds a {type(report).__name__}, not an object: "
+                            "no latency used"]
+    return report, path, []
+
+
+def read_latency(report: dict, path: str) -> Tuple[List[LatencyPoint], Optional[dict],
+                                                   List[str]]:
+    """(points sorted by batch, where they came from, notes) from the optimizer's
+    ``report`` read from ``path``; no points and a note when there are none to read."""
     notes: List[str] = []
     points: Dict[int, LatencyPoint] = {}
     for item in _kept_latency(report):
@@ -125,6 +123,28 @@ def read_latency(model_dir: Optional[str]) -> Tuple[List[LatencyPoint], Optional
         return [], None, notes + [f"{path} has no latency measurements (an importer's "
                                   "report has none; `tfx-bridge optimize` measures them)"]
     return [points[b] for b in sorted(points)], source, notes
+
+
+def measured_inter_op(report: Optional[dict], path: Optional[str], cores: int,
+                      target: str) -> Tuple[Optional[int], Optional[dict], List[str]]:
+    """(``CALLER_THREAD`` when the optimizer measured the model faster with each call
+    run in its calling thread on a host of the target's cores, else None; what was
+    measured; notes). Measured on another count of cores it is not applied: with more
+    cores, a pool may overlap branches that the calling thread runs one by one."""
+    session = report.get(REPORT_SESSION) if isinstance(report, dict) else None
+    if not isinstance(session, dict) or session.get("inter_op_parallelism") != CALLER_THREAD:
+        return None, None, []
+    measured = session.get("cores")
+    record = {"report": path, "cores": measured, "reason": session.get("reason")}
+    if target != "cpu":
+        return None, record, [f"{path}: the calling-thread session was measured on CPU; "
+                              f"not applied to a {target} target"]
+    if isinstance(measured, bool) or measured != cores:
+        return None, record, [
+            f"{path}: running each call in its calling thread measured faster on "
+            f"{measured!r} cores, not on the target's {cores}: not applied (give "
+            f"inter_op_parallelism={CALLER_THREAD} to serve it so)"]
+    return CALLER_THREAD, record, []
 
 
 def _row_cost(point: LatencyPoint) -> Tuple[float, Optional[float]]:
@@ -192,7 +212,7 @@ class Session:
     cpu_allocator: str = MALLOC
 
     def flags(self) -> List[str]:
-        return [f"--{SESSION_FLAGS[0]}={self.intra_op}", f"--{SESSION_FLAGS[1]}={self.inter_op}"]
+        return session_flags(self.intra_op, self.inter_op)
 
     def env(self, memory_limit_mb: Optional[int]) -> Dict[str, str]:
         """The server container's environment for the allocator."""
@@ -226,6 +246,8 @@ class Tuning:
     origins: Dict[str, str]
     measurement: Optional[dict]
     notes: Tuple[str, ...]
+    # The optimizer's calling-thread measurement the inter-op value came from, if any.
+    session_measurement: Optional[dict] = None
 
     def record(self) -> dict:
         """push.json's and the state's account of it."""
@@ -234,7 +256,8 @@ class Tuning:
                             SESSION_FLAGS[1]: self.session.inter_op},
                 "cpu_allocator": self.session.cpu_allocator,
                 "batching": dict(self.batching), "origins": dict(self.origins),
-                "measurement": self.measurement, "notes": list(self.notes)}
+                "measurement": self.measurement,
+                "session_measurement": self.session_measurement, "notes": list(self.notes)}
 
 
 def tune(config, model_dir: Optional[str] = None) -> Tuning:
@@ -245,16 +268,23 @@ def tune(config, model_dir: Optional[str] = None) -> Tuning:
     cores = config.target_cores
     origins["target_cores"] = "host" if cores is None else "given"
     cores = usable_cores() if cores is None else cores
+    report, path, notes = read_report(model_dir)
+    inter_op, session_measured, more = measured_inter_op(report, path, cores, config.target)
+    notes += more if not config.inter_op_parallelism else []
     session = Session(cores, config.intra_op_parallelism or cores,
-                      config.inter_op_parallelism or cores,
+                      config.inter_op_parallelism or inter_op or cores,
                       config.cpu_allocator or default_allocator(config.target))
     origins[SESSION_FLAGS[0]] = "given" if config.intra_op_parallelism else "cores"
-    origins[SESSION_FLAGS[1]] = "given" if config.inter_op_parallelism else "cores"
+    origins[SESSION_FLAGS[1]] = ("given" if config.inter_op_parallelism
+                                 else "measured" if inter_op else "cores")
     origins["cpu_allocator"] = "given" if config.cpu_allocator else "default"
     batching = dict(BATCHING_DEFAULTS[config.target])
     origins.update({k: "default" for k in batching})
     batching["num_batch_threads"], origins["num_batch_threads"] = cores, "cores"
-    points, source, notes = read_latency(model_dir)
+    points, source = [], None
+    if report is not None:
+        points, source, more = read_latency(report, path)
+        notes += more
     measurement = None
     if config.target != "cpu":
         notes.append(f"batch sizes and timeout keep the {config.target} defaults: the rule "
@@ -281,7 +311,8 @@ def tune(config, model_dir: Optional[str] = None) -> Tuning:
         batching[key], origins[key] = value, "given"
     if batching.get("allowed_batch_sizes"):
         batching["allowed_batch_sizes"] = [int(v) for v in batching["allowed_batch_sizes"]]
-    return Tuning(session, batching, origins, measurement, tuple(notes))
+    return Tuning(session, batching, origins, measurement, tuple(notes),
+                  session_measured if origins[SESSION_FLAGS[1]] == "measured" else None)
 
 
 _INT_FIELDS = {"max_batch_size": 1, "max_execution_batch_size": 1, "max_enqueued_batches": 1,

@@ -199,9 +199,15 @@ class Servable:
         return {k: np.asarray(v) for k, v in self.call(**self.prepare(feeds)).items()}
 
 
-def load_servable(saved_model_dir: str, flags: Sequence[str] = ()) -> Servable:
-    """The serving_default a TF Serving started with ``flags`` would run."""
+def load_servable(saved_model_dir: str, flags: Sequence[str] = (),
+                  session: Optional[Dict[str, int]] = None) -> Servable:
+    """The serving_default a TF Serving started with ``flags`` would run; with
+    ``session`` (``{"intra_op": n, "inter_op": m}``), run as the server runs it: a
+    TF1 Session::Run with those thread settings (:func:`session_servable`)."""
     import tensorflow as tf
+
+    if session is not None and TFLITE_FLAG not in flags:
+        return session_servable(saved_model_dir, session["intra_op"], session["inter_op"])
 
     if TFLITE_FLAG in flags:
         # TF Serving's TfLiteSession runs each interpreter on one thread, with
@@ -215,6 +221,30 @@ def load_servable(saved_model_dir: str, flags: Sequence[str] = ()) -> Servable:
         return Servable(runner, lambda feeds: {k: np.ascontiguousarray(v)
                                                for k, v in feeds.items()})
     return tf_servable(tf.saved_model.load(saved_model_dir).signatures[SERVING_SIGNATURE])
+
+
+def session_servable(saved_model_dir: str, intra_op: int, inter_op: int) -> Servable:
+    """serving_default through Session::Run of the loaded MetaGraph, as TF Serving runs
+    it, in a session of ``intra_op`` / ``inter_op`` threads (a negative ``inter_op``:
+    every node of a call in the calling thread). Sessions in one process that use a
+    pool share TF's global inter-op pool, sized by the first."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=intra_op,
+                                          inter_op_parallelism_threads=inter_op)
+        sess = tf.compat.v1.Session(graph=graph, config=config)
+        meta = tf.compat.v1.saved_model.loader.load(
+            sess, [tf.saved_model.SERVING], saved_model_dir)
+    signature = meta.signature_def[SERVING_SIGNATURE]
+    inputs, outputs = sorted(signature.inputs), sorted(signature.outputs)
+    run = sess.make_callable([signature.outputs[k].name for k in outputs],
+                             [signature.inputs[k].name for k in inputs])
+
+    def call(**feeds):
+        return dict(zip(outputs, run(*[feeds[k] for k in inputs]), strict=True))
+    return Servable(call, lambda feeds: {k: np.asarray(feeds[k]) for k in inputs})
 
 
 def tf_servable(fn) -> Servable:

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 import tempfile
-from typing import Dict, Optional, Sequence, Set, Tuple
+from typing import Dict, Optional, Set, Tuple
 
 import numpy as np
 
@@ -30,12 +30,13 @@ MODULE = "tfx_bridge.components.trt_optimizer.measure_worker"
 MARKER = "TFX_BRIDGE_TIMED "
 
 
-def time_in_child(folders: Dict[str, Tuple[str, Sequence[str]]],
+def time_in_child(folders: Dict[str, tuple],
                   feeds: Dict[int, Dict[str, np.ndarray]], budget_s: float,
                   iterations: int, min_rounds: int, timeout_s: float, warm: bool = True,
                   refuse: Optional[dict] = None) -> Tuple[Dict[str, list], dict]:
     """``{name: [Latency per batch timed]}`` and the plan, for each ``name: (folder,
-    flags)`` timed on ``feeds`` (``{batch: {input: array}}``) in a oneDNN-off child:
+    flags)`` or ``name: (folder, flags, session)`` (:func:`measure.load_servable`'s
+    arguments) timed on ``feeds`` (``{batch: {input: array}}``) in a oneDNN-off child:
     a warm worker, or with ``warm=False`` a fresh process (an independent
     re-timing). ``refuse`` (``{"reference": name, "alpha": a, "margin": m}``) drops
     a candidate from the larger batch sizes once :func:`decide.speedup` refuses it
@@ -48,7 +49,8 @@ def time_in_child(folders: Dict[str, Tuple[str, Sequence[str]]],
                 arrays[f"b{b}_{i}"] = value
                 layout[str(b)][name] = f"b{b}_{i}"
         np.savez(os.path.join(work, "feeds.npz"), **_without_objects(arrays))
-        spec = {"folders": {n: [p, list(f)] for n, (p, f) in folders.items()},
+        spec = {"folders": {n: [entry[0], list(entry[1]), *entry[2:]]
+                            for n, entry in folders.items()},
                 "feeds": os.path.join(work, "feeds.npz"), "layout": layout,
                 "budget_s": budget_s, "iterations": iterations, "min_rounds": min_rounds,
                 "refuse": refuse}
@@ -71,8 +73,7 @@ def main(spec_path: str) -> None:
 
     spec = json.loads(fs.read_text(spec_path))
     arrays = _with_objects(np.load(spec["feeds"]))
-    servables = {name: measure.load_servable(path, flags)
-                 for name, (path, flags) in spec["folders"].items()}
+    servables = {name: measure.load_servable(*entry) for name, entry in spec["folders"].items()}
     calls = {}
     for b, names in spec["layout"].items():
         feeds = {name: arrays[key] for name, key in names.items()}

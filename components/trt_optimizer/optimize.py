@@ -47,8 +47,8 @@ import tempfile
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
-from tfx_bridge.artifacts.savedmodel import SERVING_SIGNATURE
-from tfx_bridge.components.trt_optimizer import decide, measure_worker
+from tfx_bridge.artifacts.savedmodel import SERVING_SIGNATURE, TFLITE_FLAG
+from tfx_bridge.components.trt_optimizer import decide, measure_worker, session_threads
 from tfx_bridge.components.trt_optimizer.candidates import (
     BACKEND,
     DEFAULT_CPU_CANDIDATES,
@@ -264,13 +264,20 @@ def optimize_local(model_path: str, output_dir: str, config: Optional[OptimizerC
             by_name[name].latency = latencies
         decide.judge(results)
         chosen, decision = decide.choose(results, trt=probe.can_run_tensorrt)
+        session = None
+        if not probe.can_run_tensorrt and TFLITE_FLAG not in chosen.serving_flags:
+            # TF Serving's session threads for the kept graph (TFLite's interpreter
+            # has none; a TensorRT host's timing was not this one's).
+            session = session_threads.measure_session(
+                folders[chosen.name][0], bench_feeds, config.time_budget_s,
+                config.iterations)
         shutil.copytree(folders[chosen.name][0], serving_dir)
     blessed = chosen.passed
     if probe.can_run_tensorrt and chosen.name != BACKEND_TENSORRT:
         blessed = False  # TensorRT was asked for by the host and did not pass: say so
     report = build_report(results, chosen, probe, precision, batches, atol, rtol,
                           topk_threshold, time.perf_counter() - start, blessed, decision,
-                          timing, specs)
+                          timing, specs, session)
     write_report(output_dir, report, results)
     return OptimizeResult(blessed, chosen.backend, precision if chosen.backend ==
                           BACKEND_TENSORRT else "fp32", chosen.backend == BACKEND_TENSORRT,

@@ -30,10 +30,13 @@ from tfx_bridge.components.trt_optimizer.results import (
 
 
 def build_report(results, chosen, probe: Probe, precision, batches, atol, rtol, topk,
-                 seconds, blessed, decision: str, timing: dict, specs=()) -> dict:
+                 seconds, blessed, decision: str, timing: dict, specs=(),
+                 session=None) -> dict:
     """report.json's content. ``latency_before_ms`` / ``_after`` are the same run's
     interleaved p50s of the original and the kept model (equal when the original is
-    kept); ``decision`` says which was kept and why, with the rule's figures."""
+    kept); ``decision`` says which was kept and why, with the rule's figures;
+    ``session`` is TF Serving's inter-op setting measured for it
+    (``session_threads``; None where it was not measured)."""
     base = results[0]
     before = {f"p50_ms_batch_{lat.batch}": round(lat.p50_ms, 4) for lat in base.latency}
     after = {f"p50_ms_batch_{lat.batch}": round(lat.p50_ms, 4) for lat in chosen.latency}
@@ -58,6 +61,7 @@ def build_report(results, chosen, probe: Probe, precision, batches, atol, rtol, 
                      "rule": None if probe.can_run_tensorrt else RULE,
                      "margin": decide.MARGIN, "alpha": decide.ALPHA},
         "timing": timing,
+        "session": session,
         "tolerance": {"atol": atol, "rtol": rtol, "topk_agreement": topk},
         "batches": list(batches),
         # What was timed and checked: the inputs' shapes (batch -1) and value ranges.
@@ -127,6 +131,9 @@ def write_report(output_dir: str, report: dict, results: List[CandidateResult]) 
               ""]
     if report["decision"]["rule"]:
         lines += [f"Rule: {report['decision']['rule']}.", ""]
+    if report.get("session"):
+        lines += [f"Session threads (Session::Run, {report['session']['cores']} cores): "
+                  f"{report['session']['reason']}.", ""]
     lines += ["| candidate | backend | " + " | ".join(
         f"p50 b{b} ms | p99 b{b} ms" for b in report["batches"]) + " | drift ok | note |",
         "|---|---|" + "---|---|" * len(report["batches"]) + "---|---|"]

@@ -275,3 +275,60 @@ def test_push_model_serves_measured_tuning_and_rollback_keeps_it(models, tmp_pat
                                  server_config.batching_message()())
     assert batching.max_execution_batch_size.value == 32
     assert batching.num_batch_threads.value == 3
+
+
+def _session_report(folder, inter_op, cores):
+    return _report(folder, [(1, 2.0, 3.0), (32, 16.0, 20.0)], session={
+        "cores": cores, "intra_op_parallelism": cores, "inter_op_parallelism": inter_op,
+        "reason": "measured"})
+
+
+def test_tune_measured_calling_thread_same_cores_served_with_minus_one(tmp_path):
+    model = _session_report(tmp_path / "model", -1, 3)
+    result = tuning.tune(_config(tmp_path, target_cores=3), model)
+    assert result.session.inter_op == -1 and result.session.intra_op == 3
+    assert result.origins["tensorflow_inter_op_parallelism"] == "measured"
+    assert "--tensorflow_inter_op_parallelism=-1" in result.session.flags()
+    record = result.record()
+    assert record["session_measurement"]["report"] == os.path.join(model, "report.json")
+    assert record["session"]["tensorflow_inter_op_parallelism"] == -1
+
+
+@pytest.mark.parametrize("cores,target,inter_op", [(2, "cpu", -1), (3, "gpu", -1),
+                                                    (3, "cpu", None)])
+def test_tune_calling_thread_other_cores_gpu_or_pool_kept_not_applied(tmp_path, cores,
+                                                                      target, inter_op):
+    model = _session_report(tmp_path / "model", inter_op, cores)
+    result = tuning.tune(_config(tmp_path, target_cores=3, target=target), model)
+    assert result.session.inter_op == 3
+    assert result.origins["tensorflow_inter_op_parallelism"] == "cores"
+    assert result.session_measurement is None
+    if inter_op is not None:  # a measurement not applied says why
+        assert any("not applied" in n or "not applied to a gpu" in n for n in result.notes)
+
+
+def test_tune_given_inter_op_wins_over_measured_calling_thread(tmp_path):
+    model = _session_report(tmp_path / "model", -1, 3)
+    result = tuning.tune(_config(tmp_path, target_cores=3, inter_op_parallelism=2), model)
+    assert result.session.inter_op == 2
+    assert result.origins["tensorflow_inter_op_parallelism"] == "given"
+
+
+def test_config_inter_op_calling_thread_accepted_other_negatives_refused(tmp_path):
+    assert _config(tmp_path, inter_op_parallelism=-1).inter_op_parallelism == -1
+    with pytest.raises(PusherConfigError, match="or -1 to run each call in its calling"):
+        _config(tmp_path, inter_op_parallelism=-2)
+    with pytest.raises(PusherConfigError, match="intra_op_parallelism must be >= 1"):
+        _config(tmp_path, intra_op_parallelism=-1)
+
+
+def test_push_measured_calling_thread_in_manifest_and_rollback_keeps_it(models, tmp_path):
+    model = _session_report(tmp_path / "model", -1, 3)
+    base = str(tmp_path / "serving")
+    config = PusherConfig(base, "ctr", target_cores=3)
+    assert serving.push_model(config, model, saved_model_dir=models["a"],
+                              report_dir=str(tmp_path)).pushed
+    manifest = os.path.join(base, base_layout.K8S_MANIFEST)
+    assert "--tensorflow_inter_op_parallelism=-1" in open(manifest).read()
+    serving.rollback(base, "ctr", 1)
+    assert "--tensorflow_inter_op_parallelism=-1" in open(manifest).read()

@@ -124,6 +124,13 @@ def test_default_cpu_run_needs_no_experimental_serving_flag(imported_mlp, tmp_pa
     assert result.report["timing"]["onednn"] == "0"
     assert result.report["timing"]["cpu_allocator"] == "bfc"
     assert result.report["timing"]["seconds"] > 0
+    # TF Serving's session threads for the kept graph, by the same rule.
+    session = result.report["session"]
+    assert session["timed"].startswith("Session::Run") and session["cores"] >= 1
+    won = (len(session["speedup"]) == len(result.report["batches"])
+           and all(s["refused"] is None for s in session["speedup"]))
+    assert (session["inter_op_parallelism"] == -1) == won
+    assert "Session threads (Session::Run" in open(os.path.join(out, "report.md")).read()
     frozen = next(c for c in result.report["candidates"] if c["name"] == "frozen")
     # Batch sizes are judged smallest first; one refused there is not timed further.
     judged = [s["batch"] for s in frozen["speedup"]]
