@@ -25,6 +25,7 @@ Example:
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
@@ -67,12 +68,22 @@ _FORKED_AFTER_TF = False
 
 def _after_fork_in_child() -> None:
     global _FORKED_AFTER_TF
-    _FORKED_AFTER_TF = _FORKED_AFTER_TF or _tf_runtime_started()
+    if _tf_runtime_started():
+        _FORKED_AFTER_TF = True
+        # The parent's uncollected garbage came with the fork, TF objects among it (a
+        # tf.data iterator held by a cycle: a traceback's frames, a test's excinfo).
+        # Collected here, an iterator's destructor waits for its prefetch threads,
+        # which the fork did not copy: forever, and in whatever thread the collector
+        # ran (a worker's pipe feeder, so the main process waits too). Frozen, the
+        # inherited objects are never collected in this process; their pages stay
+        # shared with the parent's.
+        gc.freeze()
 
 
 # A fork copies TF's runtime but not its threads: TF ops in the child then wait forever
 # (a DataLoader worker started by fork after the trainer's process ran TF). Noted as
-# the fork happens, so the reader can refuse or avoid TF instead of hanging.
+# the fork happens, so the reader can refuse or avoid TF instead of hanging, and the
+# inherited objects frozen, so collecting them cannot hang either.
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 

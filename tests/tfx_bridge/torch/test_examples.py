@@ -1,6 +1,7 @@
 """The PyTorch reader of TFX Examples: dtypes, lists, shuffling, workers, refusals."""
 from __future__ import annotations
 
+import gc
 import os
 import re
 
@@ -176,7 +177,7 @@ def test_reader_shuffle_over_memory_bytes_streams_every_record_once_and_warns(tm
         assert sorted(_ids(ds)) == list(range(120))
     assert "are over memory_bytes=200 a reader: shuffling by files and chunks" in caplog.text
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
-                                         multiprocessing_context="fork")
+                                         multiprocessing_context="fork", timeout=120)
     assert sorted(_ids(loader)) == list(range(120))
 
 
@@ -187,7 +188,7 @@ def test_reader_dataloader_workers_split_records_exactly_once(tmp_path, files, s
     ds = ExamplesDataset(root, "train", FEATURES, batch_size=10, chunk_records=20,
                          shuffle=shuffle)
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
-                                         multiprocessing_context="fork")
+                                         multiprocessing_context="fork", timeout=120)
     assert sorted(_ids(loader)) == list(range(120))
     for reader in ("defensive", "tf"):  # one file: each reader keeps its own chunks
         halves = [_ids(ExamplesDataset(root, "train", FEATURES, batch_size=10,
@@ -204,7 +205,7 @@ def test_reader_dataloader_worker_batches_arrive_as_plain_tensors_by_value(tmp_p
     ds = ExamplesDataset(root, "train", features, batch_size=16, chunk_records=32,
                          reader="defensive")
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
-                                         multiprocessing_context="fork")
+                                         multiprocessing_context="fork", timeout=120)
     batches = list(loader)
     assert sorted(_ids(batches)) == list(range(50))
     assert {type(b) for b in batches} == {dict}
@@ -318,3 +319,29 @@ def test_reader_in_a_worker_forked_after_tf_ran_auto_reads_named_tf_refused_neve
     with pytest.raises(ExamplesReadError, match=r"reader='tf' in a process forked after "
                        r"TensorFlow ran .* multiprocessing_context='spawn'"):
         list(forked(named))
+
+
+def _collect(_worker_id):
+    gc.collect()
+
+
+def test_reader_worker_forked_with_tf_garbage_in_parent_collects_it_never_hangs(tmp_path):
+    from torch.utils.data import DataLoader
+
+    root = _write(tmp_path / "ex")
+    ds = ExamplesDataset(root, "train", FEATURES, batch_size=10, chunk_records=10)
+    gc.disable()  # a tf.data iterator held by a cycle, left to the collector at the fork
+    try:
+        held = {"iterator": iter(tf.data.Dataset.range(1000).prefetch(1)
+                                 .map(lambda x: x + 1, num_parallel_calls=2).prefetch(1))}
+        next(held["iterator"])
+        held["self"] = held
+        del held
+        # A collection in the worker (here at its start) destroys nothing it inherited:
+        # a hung worker fails the test after 60 s instead of hanging it.
+        loader = DataLoader(ds, batch_size=None, num_workers=1, worker_init_fn=_collect,
+                            multiprocessing_context="fork", timeout=60)
+        assert sorted(_ids(loader)) == list(range(100))
+    finally:
+        gc.enable()
+        gc.collect()
