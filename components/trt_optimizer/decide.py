@@ -33,7 +33,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from tfx_bridge.components.trt_optimizer.results import (
     BACKEND_TENSORRT,
@@ -133,14 +133,30 @@ def _figures(speedups: Sequence[Speedup]) -> str:
                      for s in speedups)
 
 
+def _drifted(drifts) -> str:
+    """Each output beyond the tolerance once, with its largest error over the batch
+    sizes checked and the largest |value| it had: an error about 1e-6 of that scale
+    is float32 rounding, and the tolerance (``atol``), not the candidate, is what to
+    change for outputs that large."""
+    worst: Dict[str, Tuple[float, Optional[float]]] = {}
+    for d in drifts:
+        if not d.ok:
+            a, scale = worst.get(d.output, (0.0, None))
+            scales = [x for x in (scale, d.scale) if x is not None]
+            worst[d.output] = (max(a, d.max_abs), max(scales) if scales else None)
+    return "; ".join(
+        f"{name}: " + ("another shape or dtype" if math.isinf(a) else f"max abs {a:.3g}"
+                       + (f" on values up to {scale:.3g}" if scale is not None else ""))
+        for name, (a, scale) in worst.items())
+
+
 def _refusal(r: CandidateResult) -> str:
     if r.error is not None and r.error.startswith(NOT_TIMED):
         return f"{r.name} {r.error}"
     if r.error is not None:
         return f"{r.name} did not build ({r.error})"
     if not r.passed:
-        bad = [d.output for d in r.drift if not d.ok]
-        return f"{r.name} drifted ({', '.join(bad)})"
+        return f"{r.name} drifted ({_drifted(r.drift)})"
     failed = next((s for s in r.speedup if s.refused), None)
     if failed is None:
         return f"{r.name} was not timed"

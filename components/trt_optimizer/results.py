@@ -80,6 +80,9 @@ class Drift:
     mismatches: int
     topk_agreement: Optional[float]
     ok: bool
+    # The largest |reference| of a float output (None for integer ones): an error
+    # read against it tells float32 rounding on large outputs from a wrong graph.
+    scale: Optional[float] = None
 
 
 @dataclasses.dataclass

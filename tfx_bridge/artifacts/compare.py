@@ -2,9 +2,10 @@
 
 Used by the importer (converted vs torch/onnxruntime) and the optimizer
 (candidate vs original). Floats: max abs and rel error, a value within
-``atol + rtol * |reference|``, NaN matching NaN; integer and bool outputs:
-exact. A different shape (or, when ``same_dtype``, dtype) is a mismatch of every
-element.
+``atol + rtol * |reference|``, NaN matching NaN and an infinity the same
+infinity (anything else against an infinity is a mismatch, whatever ``rtol``);
+integer and bool outputs: exact. A different shape (or, when ``same_dtype``,
+dtype) is a mismatch of every element.
 
 Example:
   >>> import numpy as np
@@ -42,10 +43,17 @@ def compare(reference, got, atol: float, rtol: float = 0.0,
         bad = int(np.count_nonzero(diff))
         return Comparison(float(diff.max(initial=0)), 0.0, bad, bad == 0)
     rf, gf = r.astype(np.float64), g.astype(np.float64)
-    diff = np.abs(rf - gf)
-    both_nan = np.isnan(rf) & np.isnan(gf)
-    diff[both_nan] = 0.0
-    rel = diff / np.maximum(np.abs(rf), 1e-12)
-    rel[both_nan] = 0.0  # |NaN| would make the bound and the ratio NaN too
-    bad = int(np.count_nonzero(~((diff <= atol + rtol * np.abs(rf)) | both_nan)))
+    with np.errstate(invalid="ignore"):  # inf - inf: an infinity on both sides is handled below
+        diff = np.abs(rf - gf)
+    # NaN matching NaN, and an infinity matching the same infinity (a masked logit, the
+    # log of a zero probability), are the same numbers.
+    same = (np.isnan(rf) & np.isnan(gf)) | (np.isinf(rf) & (rf == gf))
+    diff[same] = 0.0
+    with np.errstate(invalid="ignore"):  # inf / inf: set below
+        rel = diff / np.maximum(np.abs(rf), 1e-12)
+    rel[np.isinf(diff)] = np.inf  # a value against another infinity
+    rel[same] = 0.0  # |NaN| would make the bound and the ratio NaN too
+    with np.errstate(invalid="ignore"):  # rtol x inf is inf or NaN: the finite diff decides
+        within = np.isfinite(diff) & (diff <= atol + rtol * np.abs(rf))
+    bad = int(np.count_nonzero(~(within | same)))
     return Comparison(float(diff.max(initial=0)), float(rel.max(initial=0)), bad, bad == 0)

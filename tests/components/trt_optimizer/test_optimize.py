@@ -274,3 +274,12 @@ def test_representative_inputs_held_out_rows_disjoint_from_timing_rows(tmp_path)
                                           held_out=True)
     assert len(timing["x"]) == len(held["x"]) == 32
     assert not set(timing["x"].tolist()) & set(held["x"].tolist())
+
+
+def test_drift_float_output_records_its_largest_finite_value_integer_none():
+    ref = {"logits": np.array([[-242.0, 3.0, -np.inf]], np.float32),
+           "experts": np.array([[0, 1]], np.int64)}
+    got = {"logits": ref["logits"] + np.float32(5e-4), "experts": ref["experts"]}
+    by_name = {d.output: d for d in measure.drift(ref, got, 1e-4, 0.0, 1.0)}
+    assert not by_name["logits"].ok and by_name["logits"].scale == 242.0
+    assert by_name["experts"].ok and by_name["experts"].scale is None

@@ -33,6 +33,14 @@ def test_compare_nan_matches_nan_only():
     assert not c.ok and c.mismatches == 1
 
 
+def test_compare_infinity_matches_the_same_infinity_only_whatever_rtol():
+    masked = np.array([-np.inf, 2.0, np.inf], np.float32)
+    assert compare(masked, masked.copy(), atol=1e-4) == Comparison(0.0, 0.0, 0, True)
+    for got in ([np.inf, 2.0, np.inf], [-3.0e38, 2.0, np.inf], [-np.inf, 2.0, 5.0]):
+        c = compare(masked, np.array(got, np.float32), atol=1e-4, rtol=1e-3)
+        assert not c.ok and c.mismatches == 1 and c.max_abs == c.max_rel == float("inf")
+
+
 def test_compare_integers_exact():
     assert compare(np.array([1, 2], np.int64), np.array([1, 2], np.int32), atol=10).ok
     c = compare(np.array([1, 2], np.int64), np.array([1, 3], np.int64), atol=10)
