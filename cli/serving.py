@@ -18,7 +18,14 @@ from tfx_bridge.serving_threads import CALLER_THREAD
 
 def _inter_op(text: str) -> int:
     """A count of inter-op threads, or CALLER_THREAD."""
-    return CALLER_THREAD if text.strip() == str(CALLER_THREAD) else positive_int(text)
+    if text.strip() == str(CALLER_THREAD):
+        return CALLER_THREAD
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{text}: give a count of threads (at least 1), or {CALLER_THREAD} to run "
+            "each call in its calling thread") from None
 
 
 def cmd_push(args: argparse.Namespace) -> Dict[str, Any]:

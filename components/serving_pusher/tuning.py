@@ -126,11 +126,14 @@ def read_latency(report: dict, path: str) -> Tuple[List[LatencyPoint], Optional[
 
 
 def measured_inter_op(report: Optional[dict], path: Optional[str], cores: int,
-                      target: str) -> Tuple[Optional[int], Optional[dict], List[str]]:
+                      target: str, intra_op: Optional[int] = None
+                      ) -> Tuple[Optional[int], Optional[dict], List[str]]:
     """(``CALLER_THREAD`` when the optimizer measured the model faster with each call
-    run in its calling thread on a host of the target's cores, else None; what was
-    measured; notes). Measured on another count of cores it is not applied: with more
-    cores, a pool may overlap branches that the calling thread runs one by one."""
+    run in its calling thread on a host of the target's cores, with the intra-op
+    threads served (``intra_op``, None: ``cores``), else None; what was measured;
+    notes). Measured on another count of cores it is not applied: with more cores, a
+    pool may overlap branches that the calling thread runs one by one; nor with other
+    intra-op threads, which decide how long each node the calling thread runs takes."""
     session = report.get(REPORT_SESSION) if isinstance(report, dict) else None
     if not isinstance(session, dict) or session.get("inter_op_parallelism") != CALLER_THREAD:
         return None, None, []
@@ -144,6 +147,12 @@ def measured_inter_op(report: Optional[dict], path: Optional[str], cores: int,
             f"{path}: running each call in its calling thread measured faster on "
             f"{measured!r} cores, not on the target's {cores}: not applied (give "
             f"inter_op_parallelism={CALLER_THREAD} to serve it so)"]
+    measured_intra = session.get("intra_op_parallelism")
+    if intra_op is not None and intra_op != measured_intra:
+        return None, record, [
+            f"{path}: running each call in its calling thread measured faster with "
+            f"{measured_intra!r} intra-op threads, not the {intra_op} served: not applied "
+            f"(give inter_op_parallelism={CALLER_THREAD} to serve it so)"]
     return CALLER_THREAD, record, []
 
 
@@ -269,7 +278,8 @@ def tune(config, model_dir: Optional[str] = None) -> Tuning:
     origins["target_cores"] = "host" if cores is None else "given"
     cores = usable_cores() if cores is None else cores
     report, path, notes = read_report(model_dir)
-    inter_op, session_measured, more = measured_inter_op(report, path, cores, config.target)
+    inter_op, session_measured, more = measured_inter_op(
+        report, path, cores, config.target, config.intra_op_parallelism or cores)
     notes += more if not config.inter_op_parallelism else []
     session = Session(cores, config.intra_op_parallelism or cores,
                       config.inter_op_parallelism or inter_op or cores,

@@ -134,20 +134,32 @@ def _figures(speedups: Sequence[Speedup]) -> str:
 
 
 def _drifted(drifts) -> str:
-    """Each output beyond the tolerance once, with its largest error over the batch
-    sizes checked and the largest |value| it had: an error about 1e-6 of that scale
-    is float32 rounding, and the tolerance (``atol``), not the candidate, is what to
-    change for outputs that large."""
-    worst: Dict[str, Tuple[float, Optional[float]]] = {}
+    """Each output beyond the tolerance once: what changed in its contract, or its
+    largest error over the batch sizes checked (NaN the worst) and the largest |value|
+    it had. An error about 1e-6 of that value is float32 rounding, and the tolerance
+    (``atol``), not the candidate, is what to change for outputs that large."""
+    worst: Dict[str, Tuple[float, Optional[float], Optional[str]]] = {}
     for d in drifts:
-        if not d.ok:
-            a, scale = worst.get(d.output, (0.0, None))
-            scales = [x for x in (scale, d.scale) if x is not None]
-            worst[d.output] = (max(a, d.max_abs), max(scales) if scales else None)
-    return "; ".join(
-        f"{name}: " + ("another shape or dtype" if math.isinf(a) else f"max abs {a:.3g}"
-                       + (f" on values up to {scale:.3g}" if scale is not None else ""))
-        for name, (a, scale) in worst.items())
+        if d.ok:
+            continue
+        a, scale, changed = worst.get(d.output, (0.0, None, None))
+        if math.isnan(d.max_abs) or d.max_abs > a:
+            a = a if math.isnan(a) else d.max_abs
+        scales = [x for x in (scale, d.scale) if x is not None]
+        worst[d.output] = (a, max(scales) if scales else None, changed or d.changed)
+    return "; ".join(f"{name}: {_error(a, scale, changed)}"
+                     for name, (a, scale, changed) in worst.items())
+
+
+def _error(max_abs: float, scale: Optional[float], changed: Optional[str]) -> str:
+    if changed is not None:
+        return changed
+    if math.isnan(max_abs):
+        return "NaN against a number"
+    if math.isinf(max_abs):
+        return "an infinity against another value"
+    return f"max abs {max_abs:.3g}" + (f" on values up to {scale:.3g}" if scale is not None
+                                       else "")
 
 
 def _refusal(r: CandidateResult) -> str:

@@ -178,6 +178,9 @@ def drift(reference: Dict[str, np.ndarray], candidate: Dict[str, np.ndarray], at
     out = []
     for name in sorted(reference):
         r, g = np.asarray(reference[name]), np.asarray(candidate.get(name))
+        changed = ("missing" if name not in candidate else
+                   f"shape {list(r.shape)} -> {list(g.shape)}" if r.shape != g.shape else
+                   f"dtype {r.dtype} -> {g.dtype}" if r.dtype != g.dtype else None)
         # A changed shape or dtype is a changed contract: drift too.
         c = compare.compare(r, g, atol, rtol, same_dtype=True)
         agreement, ok = None, c.ok
@@ -189,7 +192,7 @@ def drift(reference: Dict[str, np.ndarray], candidate: Dict[str, np.ndarray], at
             finite = np.abs(r[np.isfinite(r)])
             scale = float(finite.max()) if finite.size else None
         out.append(Drift(name, str(r.dtype), c.max_abs, c.max_rel, c.mismatches, agreement, ok,
-                         scale))
+                         scale, changed))
     return out
 
 

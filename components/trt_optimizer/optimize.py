@@ -265,9 +265,13 @@ def optimize_local(model_path: str, output_dir: str, config: Optional[OptimizerC
         decide.judge(results)
         chosen, decision = decide.choose(results, trt=probe.can_run_tensorrt)
         session = None
-        if not probe.can_run_tensorrt and TFLITE_FLAG not in chosen.serving_flags:
-            # TF Serving's session threads for the kept graph (TFLite's interpreter
-            # has none; a TensorRT host's timing was not this one's).
+        if probe.can_run_tensorrt or TFLITE_FLAG in chosen.serving_flags:
+            pass  # TFLite's interpreter has no session threads; a TensorRT host's timing
+            # was not this one's
+        elif "error" in timing:  # calls too slow for the budget: not timed a second time
+            session = session_threads.unmeasured(
+                "the candidates' timing did not finish: " + timing["error"])
+        else:  # TF Serving's session threads for the kept graph
             session = session_threads.measure_session(
                 folders[chosen.name][0], bench_feeds, config.time_budget_s,
                 config.iterations)

@@ -123,12 +123,14 @@ def write_report(output_dir: str, report: dict, results: List[CandidateResult]) 
     lines += [f"- {note}" for note in notes] + ([""] if notes else [])
     lines += [f"Decision: {report['decision']['reason']}.", ""]
     timing = report["timing"]
-    plan = ", ".join(f"batch {b}: {p['rounds']} rounds x {p['calls_per_round']} calls"
-                     for b, p in timing["plan"].items())
-    lines += [f"Timing: {timing['seconds']:.1f} s of a {timing['budget_s']:g} s budget "
-              f"({plan}); oneDNN "
-              f"{'off, as stock TF Serving' if timing.get('onednn') == '0' else 'as set here'}.",
-              ""]
+    if "error" in timing:  # the timing child did not finish: no plan, no figures
+        lines += [f"Timing: not finished: {timing['error']}.", ""]
+    else:
+        plan = ", ".join(f"batch {b}: {p['rounds']} rounds x {p['calls_per_round']} calls"
+                         for b, p in timing["plan"].items())
+        onednn = "off, as stock TF Serving" if timing.get("onednn") == "0" else "as set here"
+        lines += [f"Timing: {timing['seconds']:.1f} s of a {timing['budget_s']:g} s budget "
+                  f"({plan}); oneDNN {onednn}.", ""]
     if report["decision"]["rule"]:
         lines += [f"Rule: {report['decision']['rule']}.", ""]
     if report.get("session"):

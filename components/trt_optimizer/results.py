@@ -83,6 +83,9 @@ class Drift:
     # The largest |reference| of a float output (None for integer ones): an error
     # read against it tells float32 rounding on large outputs from a wrong graph.
     scale: Optional[float] = None
+    # What changed in the output's contract (its shape or dtype, or the output gone),
+    # None when only values differ.
+    changed: Optional[str] = None
 
 
 @dataclasses.dataclass

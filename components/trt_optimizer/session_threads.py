@@ -43,8 +43,7 @@ def measure_session(saved_model_dir: str, feeds: Dict[int, Dict[str, np.ndarray]
     cores = cores or usable_cores()
     alpha = decide.ALPHA  # one comparison: no share of alpha to give away
     budget = time_budget_s * BUDGET_SHARE
-    session = {"cores": cores, "intra_op_parallelism": cores, "inter_op_parallelism": None,
-               "timed": "Session::Run of serving_default"}
+    session = unmeasured("", cores)
     # The pool's session first: TF sizes its global inter-op pool by the first one.
     folders = {POOL: (saved_model_dir, [], {"intra_op": cores, "inter_op": cores}),
                CALLER: (saved_model_dir, [], {"intra_op": cores, "inter_op": CALLER_THREAD})}
@@ -54,9 +53,7 @@ def measure_session(saved_model_dir: str, feeds: Dict[int, Dict[str, np.ndarray]
             timeout_s=max(600.0, 20 * budget),
             refuse={"reference": POOL, "alpha": alpha, "margin": decide.MARGIN})
     except (OptimizerError, subprocess.TimeoutExpired) as e:
-        session["reason"] = (f"not measured ({short_message(e)}); TF Serving's inter-op "
-                             f"pool of {cores} threads is kept")
-        return session
+        return unmeasured(short_message(e), cores)
     pool = {lat.batch: lat for lat in latency.get(POOL, [])}
     speedups = [decide.speedup(lat, pool[lat.batch], alpha)
                 for lat in latency.get(CALLER, []) if lat.batch in pool]
@@ -77,6 +74,16 @@ def measure_session(saved_model_dir: str, feeds: Dict[int, Dict[str, np.ndarray]
     return session
 
 
+def unmeasured(why: str, cores: Optional[int] = None) -> dict:
+    """The report's ``session`` when the measurement did not run or failed (``why``):
+    the pool, TF Serving's default, kept."""
+    cores = cores or usable_cores()
+    return {"cores": cores, "intra_op_parallelism": cores, "inter_op_parallelism": None,
+            "timed": "Session::Run of serving_default",
+            "reason": f"not measured ({why}); TF Serving's inter-op pool of {cores} "
+                      "threads is kept"}
+
+
 def _figures(speedups: List[Speedup]) -> str:
     return ", ".join(f"batch {s.batch} ratio {s.ratio:.3f} bound {s.bound:.3f}"
                      for s in speedups)
@@ -90,4 +97,4 @@ def _refusal(speedups: List[Speedup], batches: int) -> str:
             f"{failed.bound:.3f} over {failed.rounds} rounds, {failed.refused}")
 
 
-__all__ = ["CALLER", "POOL", "measure_session"]
+__all__ = ["CALLER", "POOL", "measure_session", "unmeasured"]

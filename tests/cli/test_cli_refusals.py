@@ -222,6 +222,9 @@ def test_cli_run_newest_span_without_files_or_rows_refused_by_name(tmp_path, cap
     (["demo", "--rows", "0"], "argument --rows: 0 must be at least 1"),
     (["push", "--model", "m", "--base-path", "b", "--model-name", "n", "--keep-versions",
       "x"], "argument --keep-versions: 'x' is not a whole number"),
+    (["push", "--model", "m", "--base-path", "b", "--model-name", "n",
+      "--inter-op-parallelism", "-2"], "argument --inter-op-parallelism: -2: give a count "
+     "of threads (at least 1), or -1 to run each call in its calling thread"),
 ])
 def test_cli_usage_errors_exit_2_with_json_line(capfd, args, needle):
     code, out, err = _main(capfd, *args, "--json")

@@ -25,9 +25,6 @@ Example:
 """
 from __future__ import annotations
 
-import gc
-import os
-import sys
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -35,6 +32,7 @@ import numpy as np
 from tfx_bridge.artifacts import tfrecord
 from tfx_bridge.errors import BridgeError
 from tfx_bridge.storage import fs
+from tfx_bridge.torch.forks import forked_after_tf
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32,
           "int64": np.int64, "int16": np.int16, "uint8": np.uint8, "bool": np.bool_}
@@ -53,44 +51,6 @@ Chunk = Tuple[int, int, Callable[[], Dict[str, np.ndarray]]]
 
 class ExamplesReadError(BridgeError):
     """Examples that cannot become the declared tensors (names feature, file, record)."""
-
-
-def _tf_runtime_started() -> bool:
-    """Whether TensorFlow's runtime (its eager context, with the thread pools that run
-    ops) has started in this process; importing TensorFlow alone does not start it."""
-    context = sys.modules.get("tensorflow.python.eager.context")
-    found = context.context_safe() if context is not None else None
-    return bool(getattr(found, "_initialized", False))
-
-
-_FORKED_AFTER_TF = False
-
-
-def _after_fork_in_child() -> None:
-    global _FORKED_AFTER_TF
-    if _tf_runtime_started():
-        _FORKED_AFTER_TF = True
-        # The parent's uncollected garbage came with the fork, TF objects among it (a
-        # tf.data iterator held by a cycle: a traceback's frames, a test's excinfo).
-        # Collected here, an iterator's destructor waits for its prefetch threads,
-        # which the fork did not copy: forever, and in whatever thread the collector
-        # ran (a worker's pipe feeder, so the main process waits too). Frozen, the
-        # inherited objects are never collected in this process; their pages stay
-        # shared with the parent's.
-        gc.freeze()
-
-
-# A fork copies TF's runtime but not its threads: TF ops in the child then wait forever
-# (a DataLoader worker started by fork after the trainer's process ran TF). Noted as
-# the fork happens, so the reader can refuse or avoid TF instead of hanging, and the
-# inherited objects frozen, so collecting them cannot hang either.
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def forked_after_tf() -> bool:
-    """Whether this process was forked from one whose TensorFlow runtime had started:
-    TF's reader cannot run here (see :func:`reader_for`)."""
-    return _FORKED_AFTER_TF
 
 
 def reader_for(asked: str, chosen: str) -> str:

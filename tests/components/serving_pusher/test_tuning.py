@@ -307,6 +307,17 @@ def test_tune_calling_thread_other_cores_gpu_or_pool_kept_not_applied(tmp_path, 
         assert any("not applied" in n or "not applied to a gpu" in n for n in result.notes)
 
 
+def test_tune_calling_thread_measured_with_other_intra_op_not_applied_naming_both(tmp_path):
+    model = _session_report(tmp_path / "model", -1, 3)
+    result = tuning.tune(_config(tmp_path, target_cores=3, intra_op_parallelism=1), model)
+    assert result.session.inter_op == 3 and result.session.intra_op == 1
+    assert result.origins["tensorflow_inter_op_parallelism"] == "cores"
+    assert any("with 3 intra-op threads, not the 1 served: not applied" in n
+               for n in result.notes)
+    same = tuning.tune(_config(tmp_path, target_cores=3, intra_op_parallelism=3), model)
+    assert same.session.inter_op == -1
+
+
 def test_tune_given_inter_op_wins_over_measured_calling_thread(tmp_path):
     model = _session_report(tmp_path / "model", -1, 3)
     result = tuning.tune(_config(tmp_path, target_cores=3, inter_op_parallelism=2), model)

@@ -140,11 +140,17 @@ def test_report_original_kept_says_why_with_figures(tmp_path):
 
 def test_choose_drifted_only_candidate_reason_names_each_output_once_with_its_worst_errors():
     drifted = _timed("frozen", {1: [0.5] * ROUNDS, 32: [0.5] * ROUNDS}, ok=False)
+    nan, inf = float("nan"), float("inf")
     drifted.drift = [results.Drift("logits", "float32", 2e-4, 1e-6, 3, None, False, 180.0),
                      results.Drift("logits", "float32", 5.8e-4, 0.017, 9, None, False, 242.0),
                      results.Drift("probs", "float32", 0.0, 0.0, 0, None, True, 1.0),
-                     results.Drift("ids", "int32", float("inf"), float("inf"), 4, None, False)]
+                     results.Drift("ids", "int32", inf, inf, 4, None, False, None,
+                                   "dtype int32 -> int64"),
+                     results.Drift("score", "float32", nan, nan, 1, None, False, 3.0),
+                     results.Drift("score", "float32", 0.5, 0.5, 1, None, False, 3.0),
+                     results.Drift("top", "float32", inf, inf, 1, None, False, 9.0)]
     kept, why = _decided(drifted)
     assert kept.name == "original"
     assert why == ("kept the original: frozen drifted (logits: max abs 0.00058 on values "
-                   "up to 242; ids: another shape or dtype)")
+                   "up to 242; ids: dtype int32 -> int64; score: NaN against a number; "
+                   "top: an infinity against another value)")

@@ -20,6 +20,7 @@ from tfx_bridge.components.trt_optimizer import (  # noqa: E402
     detect,
     inputs,
     measure,
+    measure_worker,
     optimize,
     results,
 )
@@ -199,10 +200,16 @@ def test_engines_only_sets_then_restores_environment(monkeypatch):
     assert candidates.NATIVE_SEGMENT_ENV not in os.environ
 
 
-def test_drift_changed_dtype_is_drift():
+def test_drift_changed_dtype_shape_or_missing_output_is_drift_naming_the_change():
     ref = {"experts": np.array([[0, 1]], np.int64)}
     [d] = measure.drift(ref, {"experts": ref["experts"].astype(np.int32)}, 1e-4, 0.0, 1.0)
-    assert not d.ok
+    assert not d.ok and d.changed == "dtype int64 -> int32"
+    [d] = measure.drift(ref, {"experts": np.array([[0, 1, 2]])}, 1e-4, 0.0, 1.0)
+    assert not d.ok and d.changed == "shape [1, 2] -> [1, 3]"
+    [d] = measure.drift(ref, {}, 1e-4, 0.0, 1.0)
+    assert not d.ok and d.changed == "missing"
+    [d] = measure.drift(ref, ref, 1e-4, 0.0, 1.0)
+    assert d.ok and d.changed is None
 
 
 def test_optimize_unknown_candidate_refused(imported_mlp, tmp_path):
@@ -283,3 +290,22 @@ def test_drift_float_output_records_its_largest_finite_value_integer_none():
     by_name = {d.output: d for d in measure.drift(ref, got, 1e-4, 0.0, 1.0)}
     assert not by_name["logits"].ok and by_name["logits"].scale == 242.0
     assert by_name["experts"].ok and by_name["experts"].scale is None
+
+
+def test_optimize_timing_past_its_limit_keeps_original_session_not_timed_again(
+        imported_mlp, tmp_path, monkeypatch):
+    children = []
+
+    def too_slow(folders, feeds, budget_s, *args, timeout_s=None, **kwargs):
+        children.append(sorted(folders))
+        raise subprocess.TimeoutExpired("timing child", timeout_s)
+    monkeypatch.setattr(measure_worker, "time_in_child", too_slow)
+    out = str(tmp_path / "opt")
+    result = optimize.optimize(imported_mlp, out, OptimizerConfig(iterations=20), probe=probe())
+    assert result.report["candidate"] == "original" and result.blessed
+    assert children == [["frozen", "original"]]  # the session measurement not started
+    assert result.report["session"]["inter_op_parallelism"] is None
+    assert result.report["session"]["reason"].startswith(
+        "not measured (the candidates' timing did not finish: ")
+    with open(os.path.join(out, "report.md")) as f:
+        assert "Timing: not finished: " in f.read()

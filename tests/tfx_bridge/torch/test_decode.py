@@ -2,6 +2,7 @@
 refusal names the file, record, feature and value."""
 from __future__ import annotations
 
+import gc
 import os
 
 import numpy as np
@@ -168,3 +169,25 @@ def test_chunks_wrong_wire_type_in_one_record_named_alike_by_both_readers(tmp_pa
         said[reader] = str(e.value)
     assert said["defensive"] == said["tf"], said
     assert "d.gz, record 5: not a tf.Example of the declared types" in said["tf"], said
+
+
+def _report_freeze(queue):
+    from tfx_bridge.torch import forks
+
+    queue.put((gc.get_freeze_count() > 0, forks.forked_after_tf()))
+
+
+def test_fork_after_tf_ran_child_frozen_parent_left_as_it_was():
+    import multiprocessing
+
+    import tensorflow as tf
+
+    (tf.constant(1) + 1).numpy()  # TF's runtime has started here
+    assert gc.get_freeze_count() == 0
+    context = multiprocessing.get_context("fork")
+    queue = context.SimpleQueue()
+    child = context.Process(target=_report_freeze, args=(queue,))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0 and queue.get() == (True, True)
+    assert gc.get_freeze_count() == 0  # the parent collects as before
