@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Optional, Sequence
 
-from tfx_bridge.artifacts import layout
+from tfx_bridge.artifacts import compare, layout
 from tfx_bridge.components.pytorch_model_importer import random_draws
 from tfx_bridge.storage import fs
 
@@ -131,7 +131,7 @@ def likely_cause(report: dict) -> Optional[str]:
     export = _export_faults(report)
     traced = report.get("trace_warnings")
     if not export and not traced:
-        return None
+        return _rounding(report)
     parts = [export] if export else []
     if traced:
         parts.append("torch traced Python control flow on tensor values (TracerWarning) at "
@@ -143,6 +143,28 @@ def likely_cause(report: dict) -> Optional[str]:
             "branches or ints taken from tensors (run every expert on its possibly empty "
             "token set; use tensor.shape, not int()), or export the ONNX yourself with "
             "dynamic axes and hand it over.")
+
+
+def _rounding(report: dict) -> Optional[str]:
+    """When every failed check is a float output off by no more than float32 rounding
+    at its scale (``compare.rounding_atol``): the absolute tolerance, not the
+    conversion, is what refused it; the atol that would pass it."""
+    if report.get("task") == "detection":  # its checks are per detection, not per output
+        return None
+    failed = [c for c in report.get("checks") or [] if not c.get("ok")]
+    if not failed or any(
+            c.get("error") or compare.rounding_atol(c.get("max_abs"), c.get("scale")) is None
+            for c in failed):
+        return None
+    worst = max(failed, key=lambda c: c["max_abs"])
+    atol = compare.rounding_atol(worst["max_abs"], worst["scale"])
+    return (f"every check that failed is off by at most {worst['max_abs']:.3g}, on "
+            f"{worst['output']} values up to {worst['scale']:.3g} "
+            f"({worst['max_abs'] / max(1.0, worst['scale']):.1g} of them): float32 rounding "
+            "in another order of operations, which the absolute tolerance atol "
+            f"{report['tolerance']['atol']:g} does not allow at this scale. If that is "
+            f"within what the model's use needs, import with atol={atol:g} "
+            f"(--atol {atol:g}): twice the largest error seen, rounded up.")
 
 
 def report_markdown(report: dict) -> str:

@@ -50,6 +50,8 @@ class OutputCheck:
     mismatches: Optional[int]
     ok: bool
     error: Optional[str] = None
+    # The reference's largest finite |value| (float outputs): what max_abs is read against.
+    scale: Optional[float] = None
 
 
 def _flatten_outputs(out) -> List:
@@ -272,7 +274,8 @@ def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],
             for name, r, g in zip(output_names, ref_out, got, strict=True):
                 c = compare.compare(r, g, atol, rtol)
                 checks.append(OutputCheck(batch, name, ref_name, str(r.dtype),
-                                          c.max_abs, c.max_rel, c.mismatches, c.ok))
+                                          c.max_abs, c.max_rel, c.mismatches, c.ok,
+                                          scale=compare.scale(r)))
         if batch == via_batch:
             via = served.get("via")
             if not isinstance(via, list):
@@ -282,7 +285,8 @@ def verify(saved_model_dir: str, onnx_path: str, inputs: Sequence[TensorSpec],
             for name, g, v in zip(output_names, got, via, strict=True):
                 c = compare.compare(g, v, atol, rtol)
                 checks.append(OutputCheck(batch, name, VIA_EXAMPLES, str(g.dtype), c.max_abs,
-                                          c.max_rel, c.mismatches, c.ok))
+                                          c.max_rel, c.mismatches, c.ok,
+                                          scale=compare.scale(g)))
     return checks
 
 

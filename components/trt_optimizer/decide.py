@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from tfx_bridge.artifacts import compare
 from tfx_bridge.components.trt_optimizer.results import (
     BACKEND_TENSORRT,
     NOT_TIMED,
@@ -147,8 +148,13 @@ def _drifted(drifts) -> str:
             a = a if math.isnan(a) else d.max_abs
         scales = [x for x in (scale, d.scale) if x is not None]
         worst[d.output] = (a, max(scales) if scales else None, changed or d.changed)
-    return "; ".join(f"{name}: {_error(a, scale, changed)}"
+    said = "; ".join(f"{name}: {_error(a, scale, changed)}"
                      for name, (a, scale, changed) in worst.items())
+    atols = [None if changed else compare.rounding_atol(a, scale)
+             for a, scale, changed in worst.values()]
+    if atols and None not in atols:  # every one is float32 rounding at its scale
+        said += f"; float32 rounding at that scale: atol={max(atols):g} passes it"
+    return said
 
 
 def _error(max_abs: float, scale: Optional[float], changed: Optional[str]) -> str:

@@ -187,12 +187,8 @@ def drift(reference: Dict[str, np.ndarray], candidate: Dict[str, np.ndarray], at
         if compare.is_exact_dtype(r.dtype) and c.max_abs != float("inf"):
             agreement = _topk_agreement(r, g)
             ok = c.ok or (topk_threshold < 1.0 and agreement >= topk_threshold)
-        scale = None
-        if np.issubdtype(r.dtype, np.floating) and r.size:
-            finite = np.abs(r[np.isfinite(r)])
-            scale = float(finite.max()) if finite.size else None
         out.append(Drift(name, str(r.dtype), c.max_abs, c.max_rel, c.mismatches, agreement, ok,
-                         scale, changed))
+                         compare.scale(r), changed))
     return out
 
 

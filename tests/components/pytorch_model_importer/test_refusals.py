@@ -236,3 +236,25 @@ def test_likely_cause_onnxruntime_missing_kernel_not_blamed_on_export():
     assert "not the torch model" not in cause
     assert report.likely_cause({**base, "export_check": [missing], "trace_warnings": []}) \
         is None
+
+
+def test_likely_cause_float32_rounding_at_a_large_output_scale_names_an_atol_that_passes():
+    from tfx_bridge.components.pytorch_model_importer import report
+
+    def check(batch, max_abs, ok, scale=456.0, dtype="float32", output="logits"):
+        return {"batch": batch, "output": output, "reference": "onnxruntime", "dtype": dtype,
+                "max_abs": max_abs, "max_rel": 0.03, "mismatches": 0 if ok else 9, "ok": ok,
+                "error": None, "scale": scale}
+    base = {"blessed": False, "source": {"kind": "onnx"},
+            "tolerance": {"atol": 1e-4, "rtol": 0.0}}
+    rounding = [check(1, 2.21e-4, False), check(32, 2.82e-4, False), check(7, 0.0, True)]
+    cause = report.likely_cause({**base, "checks": rounding})
+    assert cause.startswith("every check that failed is off by at most 0.000282, on logits "
+                            "values up to 456 (6e-07 of them): float32 rounding")
+    assert "atol 0.0001 does not allow" in cause and "(--atol 0.0006)" in cause
+    # A difference beyond rounding at its scale, or on an output with no scale (integers),
+    # is no tolerance matter.
+    for other in ([check(1, 0.05, False)], [check(1, 2e-4, False, scale=None, dtype="int64")],
+                  [check(1, 2e-4, False), check(1, 3.0, False, scale=10.0, output="p")]):
+        assert report.likely_cause({**base, "checks": other}) is None
+    assert report.likely_cause({**base, "blessed": True, "checks": rounding}) is None

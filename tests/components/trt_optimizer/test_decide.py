@@ -154,3 +154,11 @@ def test_choose_drifted_only_candidate_reason_names_each_output_once_with_its_wo
     assert why == ("kept the original: frozen drifted (logits: max abs 0.00058 on values "
                    "up to 242; ids: dtype int32 -> int64; score: NaN against a number; "
                    "top: an infinity against another value)")
+
+
+def test_choose_drift_within_float32_rounding_at_its_scale_names_the_atol_that_passes():
+    drifted = _timed("frozen", {1: [0.5] * ROUNDS, 32: [0.5] * ROUNDS}, ok=False)
+    drifted.drift = [results.Drift("logits", "float32", 5.8e-4, 0.017, 9, None, False, 456.0)]
+    _, why = _decided(drifted)
+    assert why == ("kept the original: frozen drifted (logits: max abs 0.00058 on values up "
+                   "to 456; float32 rounding at that scale: atol=0.002 passes it)")
