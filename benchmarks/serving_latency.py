@@ -155,15 +155,14 @@ def _catalog_atol(entry, folder: str) -> float:
     logits reach about 240, where float32 rounding alone passes 1e-4."""
     import onnxruntime as ort
 
-    from tfx_bridge.artifacts import tensorspec
+    from tfx_bridge.artifacts import compare, tensorspec
 
     session = ort.InferenceSession(os.path.join(folder, "model.onnx"),
                                    providers=["CPUExecutionProvider"])
     feeds = tensorspec.make_inputs(tensorspec.parse_input_specs(entry.inputs), 2)
     outputs = session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})
-    floats = [float(np.abs(o).max()) for o in outputs
-              if np.issubdtype(o.dtype, np.floating) and o.size]
-    return 1e-4 * max(1.0, max(floats, default=0.0))
+    scales = [s for s in map(compare.scale, outputs) if s is not None]
+    return 1e-4 * max(1.0, max(scales, default=0.0))
 
 
 def prepared(name: str, variant: str, cache: str, timeout: int) -> dict:

@@ -126,11 +126,11 @@ def read_latency(report: dict, path: str) -> Tuple[List[LatencyPoint], Optional[
 
 
 def measured_inter_op(report: Optional[dict], path: Optional[str], cores: int,
-                      target: str, intra_op: Optional[int] = None
+                      target: str, intra_op: int
                       ) -> Tuple[Optional[int], Optional[dict], List[str]]:
     """(``CALLER_THREAD`` when the optimizer measured the model faster with each call
     run in its calling thread on a host of the target's cores, with the intra-op
-    threads served (``intra_op``, None: ``cores``), else None; what was measured;
+    threads served (``intra_op``), else None; what was measured;
     notes). Measured on another count of cores it is not applied: with more cores, a
     pool may overlap branches that the calling thread runs one by one; nor with other
     intra-op threads, which decide how long each node the calling thread runs takes."""
@@ -148,7 +148,7 @@ def measured_inter_op(report: Optional[dict], path: Optional[str], cores: int,
             f"{measured!r} cores, not on the target's {cores}: not applied (give "
             f"inter_op_parallelism={CALLER_THREAD} to serve it so)"]
     measured_intra = session.get("intra_op_parallelism")
-    if intra_op is not None and intra_op != measured_intra:
+    if intra_op != measured_intra:
         return None, record, [
             f"{path}: running each call in its calling thread measured faster with "
             f"{measured_intra!r} intra-op threads, not the {intra_op} served: not applied "

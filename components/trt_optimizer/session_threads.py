@@ -43,7 +43,7 @@ def measure_session(saved_model_dir: str, feeds: Dict[int, Dict[str, np.ndarray]
     cores = cores or usable_cores()
     alpha = decide.ALPHA  # one comparison: no share of alpha to give away
     budget = time_budget_s * BUDGET_SHARE
-    session = unmeasured("", cores)
+    session = _session(cores)
     # The pool's session first: TF sizes its global inter-op pool by the first one.
     folders = {POOL: (saved_model_dir, [], {"intra_op": cores, "inter_op": cores}),
                CALLER: (saved_model_dir, [], {"intra_op": cores, "inter_op": CALLER_THREAD})}
@@ -74,14 +74,18 @@ def measure_session(saved_model_dir: str, feeds: Dict[int, Dict[str, np.ndarray]
     return session
 
 
+def _session(cores: int) -> dict:
+    """The report's ``session`` before a choice: the pool, TF Serving's default."""
+    return {"cores": cores, "intra_op_parallelism": cores, "inter_op_parallelism": None,
+            "timed": "Session::Run of serving_default"}
+
+
 def unmeasured(why: str, cores: Optional[int] = None) -> dict:
     """The report's ``session`` when the measurement did not run or failed (``why``):
     the pool, TF Serving's default, kept."""
     cores = cores or usable_cores()
-    return {"cores": cores, "intra_op_parallelism": cores, "inter_op_parallelism": None,
-            "timed": "Session::Run of serving_default",
-            "reason": f"not measured ({why}); TF Serving's inter-op pool of {cores} "
-                      "threads is kept"}
+    return {**_session(cores), "reason": f"not measured ({why}); TF Serving's inter-op "
+                                         f"pool of {cores} threads is kept"}
 
 
 def _figures(speedups: List[Speedup]) -> str:
