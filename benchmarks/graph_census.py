@@ -1,7 +1,9 @@
 """Graph census of our converter's served graphs: transposes and fused convolutions.
 
-For torchvision resnet18, resnet50, mobilenet_v3_small and efficientnet_b0
-(``weights=None``, exported with ``torch.onnx.export`` at opset 17 with a dynamic
+For torchvision resnet18, resnet50, mobilenet_v3_small, efficientnet_b0 and the
+layout-moving or grouped ones (shufflenet_v2_x1_0's channel shuffle,
+resnext50_32x4d's and regnet_y_400mf's grouped convolutions, convnext_tiny's and
+swin_t's permutes) (``weights=None``, exported with ``torch.onnx.export`` at opset 17 with a dynamic
 batch, cached under /tmp/graph_census/onnx/), each converter source given with
 ``--source NAME=DIR`` (a folder holding the converter package, as ``onnx_tf/`` in a
 checkout; default ``after`` = this checkout's) converts the model in a child process
@@ -41,7 +43,9 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH_DIR)
 RESULTS = os.path.join(BENCH_DIR, "results", "graph_census.jsonl")
 CACHE = "/tmp/graph_census"
-MODELS = ("resnet18", "resnet50", "mobilenet_v3_small", "efficientnet_b0")
+MODELS = ("resnet18", "resnet50", "mobilenet_v3_small", "efficientnet_b0",
+          "shufflenet_v2_x1_0", "resnext50_32x4d", "regnet_y_400mf", "convnext_tiny",
+          "swin_t")
 TIMED = ("resnet18", "mobilenet_v3_small")
 BATCHES = (1, 32)
 MARKER = "GRAPH_CENSUS "

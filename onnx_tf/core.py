@@ -218,7 +218,10 @@ class Node:
         value = self.inputs[i]
         if isinstance(value, Permuted) and value.perm == perm and self.layout_ok:
             return value.physical
-        x = self.t(i)
+        if isinstance(value, Permuted) and self.layout_ok:  # held to held: one move
+            x, perm = value.physical, tuple(value.perm.index(a) for a in perm)
+        else:
+            x = self.t(i)
         if not self.layout_ok:
             return tf.transpose(x, perm)
         key = (x.ref(), perm)

@@ -13,6 +13,10 @@ folded constants and graph outputs always see ONNX's layout.
 
 Convention: ``physical = transpose(logical, perm)``, so physical axis ``j`` is
 logical axis ``perm[j]`` and logical axis ``a`` sits at ``perm.index(a)``.
+
+Size: one module, because each op's plan is the same remapping of axes through
+the held permutation, and Reshape's (the longest) shares the helpers the others
+use; split by op family they would import each other both ways.
 """
 from __future__ import annotations
 
@@ -156,6 +160,20 @@ def plan(node, perm: Tuple[int, ...]) -> Optional[Tuple[list, Dict[str, Any], An
         return _resize(node, inputs, perm)
     if op_type in REDUCE:
         return _reduce(node, inputs, perm)
+    if op_type == "Transpose":
+        return _transpose(node, inputs, perm)
+    if op_type == "Reshape":
+        return _reshape(node, inputs, perm)
+    if op_type == "Slice":
+        return _slice(node, inputs, perm)
+    if op_type == "Split":
+        x = _held_first(inputs)
+        if x is None:
+            return None
+        axis = int(node.attr("axis"))
+        if not -rank <= axis < rank:
+            return None
+        return [x.physical, *inputs[1:]], {"axis": perm.index(axis % rank)}, perm
     if op_type in ("Softmax", "LogSoftmax") and node.opset >= 13:
         if not isinstance(first, Permuted):
             return None
@@ -259,3 +277,204 @@ def _reduce(node, inputs, perm):
     kept = [a for a in perm if a not in logical]
     renumber = {a: j for j, a in enumerate(sorted(kept))}
     return out, overrides, tuple(renumber[a] for a in kept)
+
+
+def _transpose(node, inputs, perm):
+    """No op: the held tensor is already the output in another axis order. Output axis
+    ``a`` is input axis ``t[a]``, so physical axis ``j`` (input axis ``perm[j]``) is
+    output axis ``inverse(t)[perm[j]]``."""
+    x = _held_first(inputs)
+    if x is None:
+        return None
+    rank = len(perm)
+    t = node.attr("perm")
+    t = list(range(rank))[::-1] if t is None else [int(a) % rank for a in t]
+    if sorted(t) != list(range(rank)):
+        return None
+    back = inverse(t)
+    return [x.physical], {"perm": list(range(rank))}, tuple(back[a] for a in perm)
+
+
+def _slice(node, inputs, perm):
+    """Slice with constant axes (or none: the leading ones): the same bounds on the
+    axes' physical positions."""
+    x = _held_first(inputs)
+    if x is None:
+        return None
+    rank = len(perm)
+    if node.opset < 10:
+        starts = node.attr("starts")
+        if starts is None:
+            return None
+        axes = node.attr("axes")
+        axes = list(range(len(starts))) if axes is None else list(axes)
+        if not all(-rank <= a < rank for a in axes):
+            return None
+        return [x.physical], {"axes": [perm.index(a % rank) for a in axes]}, perm
+    if node.has(3):
+        axes = node.maybe_const(3)
+        if axes is None:
+            return None
+        axes = [int(a) for a in axes.reshape(-1)]
+    else:
+        count = _shape_of(inputs[1])
+        if count is None or len(count) != 1 or count[0] is None:
+            return None
+        axes = list(range(count[0]))
+    if not all(-rank <= a < rank for a in axes):
+        return None
+    out = list(inputs) + [None] * (5 - len(inputs))
+    out[0] = x.physical
+    out[3] = np.array([perm.index(a % rank) for a in axes], np.int64)
+    return out, {}, perm
+
+
+def _shape_of(value):
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        return list(value.shape)
+    return None if value.shape.rank is None else value.shape.as_list()
+
+
+def _reshape(node, inputs, perm):
+    """Reshape as a reshape of the held tensor where each run of input axes that becomes
+    a run of output axes (equal element counts; size-1 axes ignored) is held together in
+    ONNX's order: the output is then held in those runs' physical order. Where a run is
+    held apart or reordered (a channel shuffle's merge after its transpose), one
+    transpose gathers it, taken only when the output comes out channel-last (the
+    convolutions' order) and kept so; otherwise None (ONNX's layout, then reshape)."""
+    x = _held_first(inputs)
+    if x is None or node.opset < 5 or int(node.attr("allowzero")):
+        return None
+    from tfx_bridge.onnx_tf.ops.shape_util import known_values  # imports core, which imports us
+
+    # An entry known only per request (a batch size read by Shape) is the one -1.
+    target = known_values(inputs[1])
+    if target is None:
+        return None
+    dims = x.shape.as_list()
+    out = _reshape_dims(dims, [-1 if v is None else v for v in target])
+    if out is None:
+        return None
+    groups = _reshape_groups(dims, out)
+    if groups is None:
+        return None
+    position = {a: j for j, a in enumerate(perm)}
+    held = [a for a in perm if dims[a] != 1]  # the significant input axes, as held
+    order = sorted(groups, key=lambda g: min(position[a] for a in g[0]))
+    gathered = [a for g in order for a in g[0]]
+    physical = x.physical
+    rank_out = len(out)
+    out_perm = [b for g in order for b in g[1]]
+    for b in range(rank_out):  # size-1 output axes: after their logical predecessor
+        if out[b] == 1:
+            out_perm.insert(out_perm.index(b - 1) + 1 if b else 0, b)
+    if gathered != held:
+        if tuple(out_perm) != channel_last(rank_out) or rank_out < 3:
+            return None
+        ones = [a for a in perm if dims[a] == 1]
+        physical = merged_transpose(physical, [position[a] for a in gathered + ones])
+    shape = np.array([-1 if out[b] is None else out[b] for b in out_perm], np.int64)
+    return [physical, shape], {}, tuple(out_perm)
+
+
+def merged_transpose(x, perm: Sequence[int]):
+    """``tf.transpose(x, perm)`` run on the fewest axes: runs of axes that stay adjacent
+    and in order are merged (and size-1 axes dropped) by a reshape first. TF's kernel
+    does not merge them itself: a channel shuffle's [N, H, W, 2, C/2] -> [N, H, W,
+    C/2, 2] took twice the time of the same move as [N*H*W, 2, C/2] -> [.., C/2, 2]
+    (oneDNN off, 2 threads, [32, 28, 28, 116])."""
+    tf = _tf()
+    dims = x.shape.as_list()
+    if sum(d is None for d in dims) > 1:
+        return tf.transpose(x, list(perm))
+    kept = [a for a in perm if dims[a] != 1]
+    runs: List[List[int]] = []
+    for a in kept:
+        if runs and a > runs[-1][-1] and all(dims[b] == 1 for b in
+                                              range(runs[-1][-1] + 1, a)):
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    if len(runs) == len(dims) or len(runs) < 2:
+        return tf.transpose(x, list(perm)) if len(runs) >= 2 else tf.reshape(
+            x, [-1 if dims[a] is None else dims[a] for a in perm])
+
+    def size(run):
+        sizes = [dims[a] for a in run]
+        return -1 if None in sizes else int(np.prod(sizes))
+
+    by_input = sorted(runs, key=lambda r: r[0])
+    y = tf.reshape(x, [size(r) for r in by_input])
+    y = tf.transpose(y, [by_input.index(r) for r in runs])
+    return tf.reshape(y, [-1 if dims[a] is None else dims[a] for a in perm])
+
+
+def _reshape_dims(dims, target) -> Optional[List[Optional[int]]]:
+    """ONNX Reshape's output dims (allowzero 0) with at most the batch-like unknown
+    input dim carried through as None; None when they cannot be told here."""
+    if any(d == 0 for d in dims) or sum(d is None for d in dims) > 1:
+        return None
+    out: List[Optional[int]] = []
+    for j, v in enumerate(target):
+        if v == 0:
+            if j >= len(dims):
+                return None
+            out.append(dims[j])
+        elif v >= -1 and v != 0:
+            out.append(v)
+        else:
+            return None
+    if out.count(-1) > 1 or (-1 not in out and None in dims and None not in out):
+        return None
+    known_in = int(np.prod([d for d in dims if d is not None], dtype=np.int64))
+    known_out = int(np.prod([d for d in out if d is not None and d != -1], dtype=np.int64))
+    if -1 in out:
+        if None in dims and None in out:
+            return None
+        if None in dims:
+            if known_in != known_out:
+                return None  # the -1 would be a multiple of the unknown dim
+            return [None if d == -1 else d for d in out]
+        if known_out == 0 or known_in % known_out:
+            return None
+        return [known_in // known_out if d == -1 else d for d in out]
+    if (None in dims) != (None in out) or known_in != known_out:
+        return None
+    return out
+
+
+def _reshape_groups(dims, out) -> Optional[List[Tuple[List[int], List[int]]]]:
+    """Runs of input and output axes with equal element counts, in ONNX's order, size-1
+    axes left out; an unknown dim pairs only with the unknown dim."""
+    ins = [a for a, d in enumerate(dims) if d != 1]
+    outs = [b for b, d in enumerate(out) if d != 1]
+    groups = []
+    i = j = 0
+    while i < len(ins) or j < len(outs):
+        if i == len(ins) or j == len(outs):
+            return None
+        gi, go = [ins[i]], [outs[j]]
+        pi, po = dims[ins[i]], out[outs[j]]
+        i, j = i + 1, j + 1
+        if pi is None or po is None:
+            if pi is not None or po is not None:
+                return None
+            groups.append((gi, go))
+            continue
+        while pi != po:
+            if pi < po:
+                if i == len(ins) or dims[ins[i]] is None:
+                    return None
+                pi *= dims[ins[i]]
+                gi.append(ins[i])
+                i += 1
+            else:
+                if j == len(outs) or out[outs[j]] is None:
+                    return None
+                po *= out[outs[j]]
+                go.append(outs[j])
+                j += 1
+        groups.append((gi, go))
+    return groups

@@ -136,6 +136,13 @@ def transpose(node):
     perm = node.attr("perm")
     perm = list(range(rank))[::-1] if perm is None else [_axis(node, p, rank, "perm")
                                                           for p in perm]
+    if perm == list(range(rank)):  # no op: what a held tensor's free transpose leaves
+        return node.t(0)
+    held = [int(a) for a in np.argsort(perm)]
+    if rank >= 3 and held == [0, *range(2, rank), 1]:
+        # Into NC<spatial> from channel-last data (ConvNeXt's permute back): the input
+        # is that value held channel-last, which a convolution after it takes as is.
+        return node.emit(node.t(0), held)
     return _tf().transpose(node.t(0), perm)
 
 
