@@ -422,7 +422,7 @@ def _reshape_dims(dims, target) -> Optional[List[Optional[int]]]:
             if j >= len(dims):
                 return None
             out.append(dims[j])
-        elif v >= -1 and v != 0:
+        elif v >= -1:
             out.append(v)
         else:
             return None

@@ -158,56 +158,56 @@ def _grouped_conv(node, x_last, w_last, group: int, strides, dilations, pads=Non
                   bias=None):
     """x_last [N, s..., C], w_last [k..., C/g, M] (+ ``bias`` [M], numpy when constant)
     -> [N, s'..., M]."""
-    y = _grouped_parts(node, x_last, w_last, group, strides, dilations, pads, bias)
-    if isinstance(y, tuple):  # split: each part took its share of the bias
-        return y[0]
-    return y if bias is None else _tf().nn.bias_add(y, _as_t(node, bias))
-
-
-def _grouped_parts(node, x_last, w_last, group, strides, dilations, pads, bias):
-    """The convolution without its bias, or (with its bias,) when run in parts."""
     tf = _tf()
     nd = len(strides)
     cin_g = w_last.shape[-2]
     m = w_last.shape[-1]
-    if group == 1:
-        return _conv_last(x_last, _as_t(node, w_last), strides, dilations, pads)
-    if m % group:
+    if group > 1 and m % group:
         node.refuse(f"{m} output channels are not divisible by group={group}")
-    if nd == 2 and cin_g == 1 and strides[0] == strides[1]:
+    if group > 1 and nd == 2 and cin_g == 1 and strides[0] == strides[1]:
         # Depthwise: TF output channel c*mult + k is ONNX output channel c*mult + k.
         mult = m // group
         if isinstance(w_last, np.ndarray):
             w_dw = w_last.reshape(*w_last.shape[:2], group, mult)
         else:
             w_dw = tf.reshape(w_last, [*w_last.shape[:2], group, mult])
-        return _depthwise_last(node, x_last, w_dw, strides, dilations, pads)
-    if nd == 1 and cin_g == 1 and strides == [1]:
+        y = _depthwise_last(node, x_last, w_dw, strides, dilations, pads)
+    elif group > 1 and nd == 1 and cin_g == 1 and strides == [1]:
         # 1-D depthwise (a Conformer's, a TasNet's) as the 2-D kernel on one row.
         mult = m // group
         w_dw = (w_last.reshape(1, w_last.shape[0], group, mult) if isinstance(w_last, np.ndarray)
                 else tf.reshape(w_last, [1, w_last.shape[0], group, mult]))
         rows = None if pads is None else [[0, 0], *pads]
-        y = _depthwise_last(node, tf.expand_dims(x_last, 1), w_dw, [1, 1], [1, *dilations],
-                            rows)
-        return tf.squeeze(y, 1)
-    if nd != 2 and pads is not None and any(p for pair in pads for p in pair):
+        y = tf.squeeze(_depthwise_last(node, tf.expand_dims(x_last, 1), w_dw, [1, 1],
+                                       [1, *dilations], rows), 1)
+    else:
+        return _in_blocks(node, x_last, w_last, group, strides, dilations, pads, bias)
+    return y if bias is None else tf.nn.bias_add(y, _as_t(node, bias))
+
+
+def _in_blocks(node, x_last, w_last, group, strides, dilations, pads, bias):
+    """The convolution as one TF convolution per block of groups (one block when
+    ``group`` is 1), each with its share of the bias."""
+    tf = _tf()
+    if len(strides) != 2 and pads is not None and any(p for pair in pads for p in pair):
         x_last = tf.pad(x_last, [[0, 0], *[list(p) for p in pads], [0, 0]])
         pads = None  # padded once, not per part (2-D parts pad in their kernel)
     if isinstance(w_last, np.ndarray):
-        merged = supergroup_size(group, cin_g)
+        merged = supergroup_size(group, w_last.shape[-2])
         w_last = block_diagonal(w_last, group, merged)
         group //= merged
     xs = tf.split(x_last, group, axis=-1) if group > 1 else [x_last]
     mg = w_last.shape[-1] // group
     outs = []
     for g in range(group):
-        w_g = w_last[..., g * mg:(g + 1) * mg]
+        # One part takes the weights and bias whole (a slice of a fed tensor is an op).
+        w_g, b_g = ((w_last, bias) if group == 1 else
+                    (w_last[..., g * mg:(g + 1) * mg],
+                     None if bias is None else bias[g * mg:(g + 1) * mg]))
         y = _conv_last(xs[g], _as_t(node, w_g), strides, dilations, pads)
         # Each part's BiasAdd right after its convolution, where the remapper fuses it.
-        outs.append(y if bias is None else
-                    tf.nn.bias_add(y, _as_t(node, bias[g * mg:(g + 1) * mg])))
-    return (tf.concat(outs, axis=-1) if group > 1 else outs[0]),
+        outs.append(y if b_g is None else tf.nn.bias_add(y, _as_t(node, b_g)))
+    return tf.concat(outs, axis=-1) if group > 1 else outs[0]
 
 
 # Grouped convolutions run as one TF convolution per group (TF 2.16's CPU kernel for

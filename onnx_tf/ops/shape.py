@@ -16,6 +16,7 @@ from typing import Optional
 import numpy as np
 
 from tfx_bridge.onnx_tf.core import is_const
+from tfx_bridge.onnx_tf.layout import channel_last, inverse
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.ops.shape_util import known_values
 from tfx_bridge.onnx_tf.ops.tensor_util import FIX_CONST, _axis, _dims, _prod, i64, vec
@@ -138,8 +139,8 @@ def transpose(node):
                                                           for p in perm]
     if perm == list(range(rank)):  # no op: what a held tensor's free transpose leaves
         return node.t(0)
-    held = [int(a) for a in np.argsort(perm)]
-    if rank >= 3 and held == [0, *range(2, rank), 1]:
+    held = inverse(perm)
+    if rank >= 3 and tuple(held) == channel_last(rank):
         # Into NC<spatial> from channel-last data (ConvNeXt's permute back): the input
         # is that value held channel-last, which a convolution after it takes as is.
         return node.emit(node.t(0), held)

@@ -4,6 +4,9 @@ onnxruntime at odd shapes; only the signature's edges keep a Transpose.
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -13,10 +16,15 @@ ort = pytest.importorskip("onnxruntime", reason="needs the [onnx] extra (onnxrun
 import tensorflow as tf  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import channel_last_helpers  # noqa: E402
+from channel_last_helpers import C_IN, H, W  # noqa: E402
+from channel_last_helpers import transposes as _transposes  # noqa: E402
+
 from tfx_bridge.onnx_tf import core  # noqa: E402
 from tfx_bridge.onnx_tf.fold import fold_batch_norms  # noqa: E402
 
-C_IN, C, H, W = 3, 4, 5, 7
+C = 4
 RNG = np.random.default_rng(0)
 
 
@@ -51,27 +59,8 @@ def _model(middle, middle_inits=(), out_shape=None, tail=True, opset=17, batch="
     return onnx.shape_inference.infer_shapes(model, data_prop=True)
 
 
-def _transposes(converted) -> int:
-    return sum(n.op == "Transpose" for n in converted.serve.graph.as_graph_def().node)
-
-
 def _check(model, edges=2, batches=(1,), fewer=True):
-    """Converted values match onnxruntime; only ``edges`` transposes remain, (``fewer``)
-    fewer than with ONNX's layout kept throughout."""
-    converted = core.convert(model, {"x": [None, C_IN, H, W]})
-    session = ort.InferenceSession(model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    for batch in batches:
-        x = RNG.standard_normal((batch, C_IN, H, W)).astype(np.float32)
-        got = converted.serve(tf.constant(x))["y"].numpy()
-        want = session.run(None, {"x": x})[0]
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    assert _transposes(converted) == edges
-    if fewer:
-        plain = core.convert(model, {"x": [None, C_IN, H, W]}, channel_last=False)
-        assert _transposes(converted) < _transposes(plain)
-    return converted
+    return channel_last_helpers.check(model, RNG, edges, batches, fewer)
 
 
 UNARY = [("Relu", {}), ("LeakyRelu", {"alpha": 0.1}), ("Sigmoid", {}), ("HardSwish", {}),

@@ -3,6 +3,9 @@ against onnxruntime at odd shapes and batch 1, with the transposes left counted.
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -12,9 +15,12 @@ ort = pytest.importorskip("onnxruntime", reason="needs the [onnx] extra (onnxrun
 import tensorflow as tf  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from tfx_bridge.onnx_tf import core, layout  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import channel_last_helpers  # noqa: E402
+from channel_last_helpers import C_IN, H, W  # noqa: E402
 
-C_IN, H, W = 3, 5, 7
+from tfx_bridge.onnx_tf import layout  # noqa: E402
+
 RNG = np.random.default_rng(1)
 
 
@@ -45,22 +51,9 @@ def _model(middle, inits, c=6, tail=True, opset=17, out_shape=None, tail_c=None)
     return onnx.shape_inference.infer_shapes(model, data_prop=True)
 
 
-def _transposes(converted) -> int:
-    return sum(n.op == "Transpose" for n in converted.serve.graph.as_graph_def().node)
-
-
 def _check(model, transposes, batches=(1, 3)):
-    converted = core.convert(model, {"x": [None, C_IN, H, W]})
-    session = ort.InferenceSession(model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    for batch in batches:
-        x = RNG.standard_normal((batch, C_IN, H, W)).astype(np.float32)
-        got = converted.serve(tf.constant(x))["y"].numpy()
-        want = session.run(None, {"x": x})[0]
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    assert _transposes(converted) == transposes
-    return converted
+    """Matches onnxruntime at ``batches``; ``transposes`` remain in the served graph."""
+    return channel_last_helpers.check(model, RNG, transposes, batches, fewer=False)
 
 
 def _shuffle(src, dst, groups, c, batch_from_shape=False):
@@ -117,14 +110,7 @@ def test_channel_last_transpose_other_than_layout_matches_onnxruntime():
     # A transpose of spatial axes only: relabelled, then moved once (held to held) for
     # the convolution after it.
     nodes = [helper.make_node("Transpose", ["a"], ["m"], perm=[0, 1, 3, 2])]
-    model = _model(nodes, [])
-    converted = core.convert(model, {"x": [None, C_IN, H, W]})
-    session = ort.InferenceSession(model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    x = RNG.standard_normal((2, C_IN, H, W)).astype(np.float32)
-    np.testing.assert_allclose(converted.serve(tf.constant(x))["y"].numpy(),
-                               session.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
-    assert _transposes(converted) == 3
+    _check(_model(nodes, []), transposes=3, batches=(2,))
 
 
 @pytest.mark.parametrize("opset,steps", [(17, None), (17, [2]), (9, None)],
