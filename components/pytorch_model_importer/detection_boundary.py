@@ -4,7 +4,12 @@ the box expanded by (28 + 2) / 28 and truncated to whole pixels; a keypoint heat
 is decoded at the ceiling of the box's sides in the resized frame), so two float32
 computations of a box on such a boundary size that output a pixel apart while the
 box, score and label agree. detection_verify.py names such a check
-``pixel-boundary``. No TFX imports.
+``pixel-boundary``.
+
+The resized frame comes from the module's own transform, or, for a detector handed
+over as ONNX alone, from the graph's first ``Resize`` (torchvision's transform resizes
+the image before anything else in the graph resamples it), run by onnxruntime.
+No TFX imports.
 """
 from __future__ import annotations
 
@@ -85,3 +90,47 @@ def resized_ratio(module, image: np.ndarray) -> Optional[Tuple[float, float]]:
     except Exception:  # noqa: BLE001  (no resized frame: keypoints get no boundary verdict)
         return None
     return int(h) / image.shape[0], int(w) / image.shape[1]
+
+
+class OnnxFrame:
+    """The resized frame of a detector handed over as ONNX alone: the output shape of
+    its graph's first ``Resize``, read by onnxruntime from a copy of the graph that
+    also outputs it. The session is built on first use, and only where a check needs
+    it; ``ratio`` is None where the graph has no such ``Resize`` or it does not run."""
+
+    def __init__(self, onnx_path: str):
+        self.onnx_path = onnx_path
+        self.session, self.output, self.tried = None, None, False
+
+    def _load(self) -> None:
+        import onnx
+        import onnxruntime as ort
+
+        self.tried = True
+        model = onnx.load(self.onnx_path)
+        first = next((n for n in model.graph.node if n.op_type == "Resize"), None)
+        if first is None or len(model.graph.input) != 1:
+            return
+        self.output = first.output[0]
+        if self.output not in {o.name for o in model.graph.output}:
+            model.graph.output.append(onnx.ValueInfoProto(name=self.output))
+        self.session = ort.InferenceSession(model.SerializeToString(),
+                                            providers=["CPUExecutionProvider"])
+
+    def ratio(self, image: np.ndarray) -> Optional[Tuple[float, float]]:
+        """(height, width) of ``image`` ([H, W, 3], 0-255) resized, over its own."""
+        try:
+            if not self.tried:
+                self._load()
+            if self.session is None:
+                return None
+            chw = np.ascontiguousarray(image.transpose(2, 0, 1)).astype(np.float32) / 255.0
+            name = self.session.get_inputs()[0].name
+            resized = self.session.run([self.output], {name: chw})[0]
+        except Exception:  # noqa: BLE001  (no resized frame: keypoints get no boundary verdict)
+            self.session = None
+            return None
+        # torchvision's transform resizes one [1, 3, H, W] image (or [3, H, W]).
+        if resized.ndim not in (3, 4) or resized.shape[-3] != 3:
+            return None
+        return resized.shape[-2] / image.shape[0], resized.shape[-1] / image.shape[1]

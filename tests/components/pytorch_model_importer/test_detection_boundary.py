@@ -55,3 +55,48 @@ def test_detection_compare_keypoint_heatmap_across_ceil_boundary_needs_resized_f
     assert check["boundary_rows"][0]["heatmap"] == [[43, 56], [43, 57]]
     assert detection_verify.compare(one(46.0, 30.0), one(46.0003, 34.0),
                                     resized=resized)["verdict"] == "differs"
+
+
+def _resizing_graph(path, resize: bool = True) -> str:
+    """An image model shaped as torchvision exports one: [3, H, W] in, unsqueezed and
+    resized (x1.5 rows, x1.25 columns) by its first Resize, then upsampled again."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Unsqueeze", ["image", "axes"], ["batched"])]
+    last = "batched"
+    if resize:
+        nodes += [helper.make_node("Resize", ["batched", "", "scales"], ["resized"],
+                                   mode="linear"),
+                  helper.make_node("Resize", ["resized", "", "twice"], ["up"], mode="nearest")]
+        last = "up"
+    nodes.append(helper.make_node("Squeeze", [last, "axes"], ["out"]))
+    inits = [helper.make_tensor("axes", TensorProto.INT64, [1], [0]),
+             helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 1.5, 1.25]),
+             helper.make_tensor("twice", TensorProto.FLOAT, [4], [1, 1, 2, 2])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [3, "h", "w"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def test_onnx_frame_first_resize_output_ratio(tmp_path):
+    frame = detection_boundary.OnnxFrame(_resizing_graph(tmp_path / "m.onnx"))
+    image = np.zeros((10, 16, 3), np.uint8)
+    assert frame.ratio(image) == (15 / 10, 20 / 16)
+    assert frame.ratio(np.zeros((8, 8, 3), np.uint8)) == (12 / 8, 10 / 8)
+
+
+def test_onnx_frame_no_resize_none(tmp_path):
+    frame = detection_boundary.OnnxFrame(_resizing_graph(tmp_path / "m.onnx", resize=False))
+    assert frame.ratio(np.zeros((10, 16, 3), np.uint8)) is None
+
+
+def test_onnx_frame_unreadable_file_none(tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"\x08\x07garbage")
+    assert detection_boundary.OnnxFrame(str(path)).ratio(
+        np.zeros((10, 16, 3), np.uint8)) is None
