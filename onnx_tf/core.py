@@ -531,8 +531,14 @@ class GraphRun:
             try:
                 value.set_shape(dims)
             except ValueError:
-                raise Unsupported(f"output {name!r} has shape {value.shape}, ONNX infers "
-                                  f"{dims}") from None
+                # Said in ONNX's axis order, whatever order the tensor is held in.
+                shape, inferred = value.shape, dims
+                if permuted is not None:
+                    back = layout.inverse(permuted.perm)
+                    shape = tf.TensorShape([value.shape[j] for j in back])
+                    inferred = [dims[j] for j in back]
+                raise Unsupported(f"output {name!r} has shape {shape}, ONNX infers "
+                                  f"{inferred}") from None
         if permuted is not None:
             permuted.physical = value
             return permuted

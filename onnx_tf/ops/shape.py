@@ -122,13 +122,20 @@ def _known_target(node, allowzero: int) -> Optional[np.ndarray]:
 
 @op("Flatten", attrs={"axis": 1})
 def flatten(node):
-    dims = _dims(node, 0)
+    static = node.shape(0)
     axis = int(node.attr("axis"))
-    rank = len(dims)
+    rank = len(static)
     if not -rank <= axis <= rank:
         node.refuse(f"axis {axis} is out of range for rank {rank}")
     axis = axis + rank if axis < 0 else axis
-    return _tf().reshape(node.t(0), vec([_prod(dims[:axis]), _prod(dims[axis:])]))
+    parts = [static[:axis], static[axis:]]
+    # A constant target, the unknown side -1 (TF infers no -1 beside a 0-sized side).
+    if sum(None in p for p in parts) == 1 and 0 not in static:
+        target = vec([-1 if None in p else _prod(p) for p in parts])
+    else:
+        dims = _dims(node, 0)
+        target = vec([_prod(dims[:axis]), _prod(dims[axis:])])
+    return _tf().reshape(node.t(0), target)
 
 
 @op("Transpose", attrs={"perm": None})

@@ -117,6 +117,23 @@ def test_convert_output_disagreeing_with_onnx_inference_refused_at_the_node():
         core.convert(model)
 
 
+def test_convert_channel_last_output_disagreeing_with_inference_said_in_onnx_order():
+    # The convolution's output is held channel-last; the message still reads NCHW.
+    w = numpy_helper.from_array(np.ones((2, 3, 3, 3), np.float32), "w")
+    conv = helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1])
+    relu = helper.make_node("Relu", ["c"], ["y"], name="act")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([conv, relu], "g", [x], [y], initializer=[w],
+                              value_info=[helper.make_tensor_value_info(
+                                  "c", TensorProto.FLOAT, [1, 5, 4, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ConversionFailed,
+                       match=r"ONNX op Conv \(node conv\): output 'c' has shape "
+                             r"\(1, 2, 4, 4\), ONNX infers \[1, 5, 4, 4\]"):
+        core.convert(model)
+
+
 def test_convert_constant_subgraph_folded_to_static_values():
     # Unsqueeze's axes come from Shape/Gather over a static input: folded, so TF gets ints.
     nodes = [helper.make_node("Shape", ["x"], ["s"]),

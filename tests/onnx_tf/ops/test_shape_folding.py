@@ -122,3 +122,39 @@ def test_known_values_partial_shape_reads_static_dims():
         return x
 
     check.get_concrete_function()
+
+
+def _flatten_model(axis: int, dims):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    return _model([helper.make_node("Flatten", ["x"], ["y"], axis=axis)], [x], [y], [])
+
+
+@pytest.mark.parametrize("axis,dims,shapes", [
+    (1, ["batch", 3, 2], [(1, 3, 2), (5, 3, 2)]),
+    (2, [4, 3, "n"], [(4, 3, 1), (4, 3, 7)]),
+    (0, ["batch", 3], [(1, 3), (4, 3)]),
+], ids=["batch_front", "unknown_back", "axis_0"])
+def test_flatten_one_unknown_side_constant_target(axis, dims, shapes):
+    model = _flatten_model(axis, dims)
+    converted = core.convert(model)
+    assert not _served_ops(converted) & SHAPE_CHAIN
+    for shape in shapes:
+        x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+        got = converted.serve(tf.constant(x))["y"].numpy()
+        np.testing.assert_array_equal(got, _ort(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("axis,dims,shapes", [
+    (1, ["batch", "n", 2], [(2, 3, 2), (1, 1, 2)]),
+    (2, ["batch", 0, 2], [(3, 0, 2)]),
+], ids=["unknown_both_sides", "zero_sized"])
+def test_flatten_unknown_both_sides_or_empty_runtime_target(axis, dims, shapes):
+    model = _flatten_model(axis, dims)
+    converted = core.convert(model)
+    assert "Shape" in _served_ops(converted)
+    for shape in shapes:
+        x = np.zeros(shape, np.float32) + np.arange(np.prod(shape), dtype=np.float32).reshape(
+            shape)
+        got = converted.serve(tf.constant(x))["y"].numpy()
+        np.testing.assert_array_equal(got, _ort(model, {"x": x})[0])
