@@ -85,10 +85,11 @@ def graph_ops(case: str) -> tuple:
     """(op types in the case's graph, subgraphs too; its ai.onnx opset)."""
     import onnx
 
-    from tfx_bridge.onnx_tf import core
+    from tfx_bridge.onnx_tf.check import iter_nodes
+    from tfx_bridge.onnx_tf.registry import ONNX_DOMAINS
     model = onnx.load(os.path.join(conformance.node_test_root(), case, "model.onnx"))
-    opset = next((o.version for o in model.opset_import if o.domain in core.ONNX_DOMAINS), 0)
-    return sorted({n.op_type for n in core.iter_nodes(model.graph)}), opset
+    opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), 0)
+    return sorted({n.op_type for n in iter_nodes(model.graph)}), opset
 
 
 def case_op(case: str, ops: Iterable[str], stems: Dict[str, Set[str]]) -> tuple:

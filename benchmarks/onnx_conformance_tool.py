@@ -61,13 +61,13 @@ def _read_tensor(path: str):
         array = numpy_helper.to_array(tensor)
     except ValueError:  # a SequenceProto that parsed as a TensorProto by accident
         return None
-    from tfx_bridge.onnx_tf import core
+    from tfx_bridge.onnx_tf import dtypes
     elem = tensor.data_type
     if elem == onnx.TensorProto.UINT16 and _declared_type(path) == onnx.TensorProto.BFLOAT16:
         import ml_dtypes  # ONNX's bfloat16 cases store the bit patterns as uint16
         return array.view(ml_dtypes.bfloat16)
     # bfloat16/float8/4-bit values (float32 from to_array) in the converter's carrier dtype
-    return core.as_carrier(array, elem) if elem in core.NARROW_TYPES else array
+    return dtypes.as_carrier(array, elem) if elem in dtypes.NARROW_TYPES else array
 
 
 def _declared_type(path: str) -> Optional[int]:
@@ -140,8 +140,8 @@ def compare_outputs(expected, got) -> Optional[str]:
 
 
 def case_ops(model) -> List[str]:
-    from tfx_bridge.onnx_tf import core
-    return sorted({n.op_type for n in core.iter_nodes(model.graph)})
+    from tfx_bridge.onnx_tf.check import iter_nodes
+    return sorted({n.op_type for n in iter_nodes(model.graph)})
 
 
 def run_case(name: str) -> CaseResult:
@@ -149,7 +149,7 @@ def run_case(name: str) -> CaseResult:
     import onnx
     import tensorflow as tf
 
-    from tfx_bridge.onnx_tf import core
+    from tfx_bridge.onnx_tf import check, core
 
     case = load_case(name)
     model = onnx.load(case.model_path)
@@ -157,7 +157,7 @@ def run_case(name: str) -> CaseResult:
     problem = _data_problem(case)
     if problem:  # the converter's own refusal (naming the op) first, where it has one
         from tfx_bridge.onnx_tf import ops as _ops  # noqa: F401
-        problems = core.check_model(model)
+        problems = check.check_model(model)
         return CaseResult(name, ops, REFUSED,
                           str(core.ConversionFailed(problems)) if problems else problem)
     try:
@@ -214,13 +214,13 @@ def _data_problem(case: Case) -> Optional[str]:
 
 
 def _convert_ours(name: str, out_dir: str) -> dict:
-    from tfx_bridge.onnx_tf import core
+    from tfx_bridge.onnx_tf import check, core
 
     case = load_case(name)
     model = core.load_for_conversion(case.model_path)
     problem = _data_problem(case)
     if problem:  # the converter's own refusal (naming the op) first, where it has one
-        problems = core.check_model(model)
+        problems = check.check_model(model)
         return {"status": REFUSED,
                 "detail": str(core.ConversionFailed(problems)) if problems else problem}
     try:

@@ -6,14 +6,8 @@ below; docs/ONNX_TF.md describes it.
 
 >>> from tfx_bridge.onnx_tf import ConversionFailed, convert, load_for_conversion, save
 """
-from tfx_bridge.onnx_tf.core import (
-    CONVERTER,
-    Converted,
-    check_model,
-    convert,
-    load_for_conversion,
-    save,
-)
+from tfx_bridge.onnx_tf.check import check_model
+from tfx_bridge.onnx_tf.core import CONVERTER, Converted, convert, load_for_conversion, save
 from tfx_bridge.onnx_tf.errors import ConversionFailed, OnnxTfError, Problem, Unsupported
 from tfx_bridge.onnx_tf.registry import REQUIRED, add_fixes, op
 

@@ -27,25 +27,29 @@ How a graph becomes a SavedModel:
   computes the wrong shape is caught at the node, not three ops later.
 - Every attribute a node carries must be one its handler declares, and each
   handler refuses the variants it does not implement by name
-  (:class:`Unsupported`); :func:`check_model` finds those before tracing.
+  (:class:`Unsupported`); ``check.check_model`` finds those before tracing.
+  Element types and their carrier dtypes are in dtypes.py.
 
 Size: the interpreter (graph walk, constant folding, static-shape checks and
-the handler contract) is one mechanism every op module relies on.
+the handler contract) is one mechanism every op module relies on; ``convert``
+and ``save`` are its entry points.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import re
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from tfx_bridge.onnx_tf import layout
+from tfx_bridge.onnx_tf.check import attr_value, check_model, iter_nodes
+from tfx_bridge.onnx_tf.dtypes import as_carrier, carrier_of, tf_dtype
 from tfx_bridge.onnx_tf.errors import ConversionFailed, Problem, Unsupported
 from tfx_bridge.onnx_tf.layout import Permuted
 from tfx_bridge.onnx_tf.lazy import tf as _tf
-from tfx_bridge.onnx_tf.registry import DEFAULT_FIX, OP_FIXES, REGISTRY, REQUIRED
+from tfx_bridge.onnx_tf.registry import ONNX_DOMAINS, REGISTRY, REQUIRED
 
 CONVERTER = "tfx-bridge"
 # Constants at least this large become tf.Variables when a TF op uses them (weights);
@@ -54,101 +58,10 @@ VARIABLE_MIN_ELEMENTS = 1024
 # A folded constant larger than this is computed in the graph instead (no huge
 # constants in saved_model.pb).
 FOLD_MAX_ELEMENTS = 1 << 22
-ONNX_DOMAINS = ("", "ai.onnx")
 
 
 def is_const(value) -> bool:
     return isinstance(value, np.ndarray)
-
-
-# ONNX TensorProto element types -> numpy dtypes the converter handles.
-NP_TYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
-             7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32,
-             13: np.uint64}
-
-
-# Element types only the ops in NARROW_TYPE_OPS handle (check_model refuses them anywhere
-# else), each held in a carrier dtype: TF's own bfloat16/float8 dtypes where TF has them,
-# the FNUZ float8 types as their uint8 bit patterns and INT4/UINT4 as int8/uint8 values
-# (TF has no such dtype or no kernels for it). Any other op would misread a carrier.
-NARROW_TYPES = {16: "bfloat16", 17: "float8_e4m3fn", 18: "uint8", 19: "float8_e5m2",
-                20: "uint8", 21: "uint8", 22: "int8"}
-NARROW_TYPE_OPS = frozenset({"Cast", "CastLike"})
-_DTYPE_ATTRS = ("to", "dtype", "output_dtype")  # attributes naming an element type
-
-
-def _carrier(elem_type: Optional[int]):
-    """numpy dtype holding ONNX element type ``elem_type``; None if there is none."""
-    if elem_type in NP_TYPES:
-        return np.dtype(NP_TYPES[elem_type])
-    name = NARROW_TYPES.get(elem_type)
-    if name is None:
-        return None
-    if name in ("uint8", "int8"):
-        return np.dtype(name)
-    import ml_dtypes  # ships with TensorFlow: its numpy bfloat16/float8 types
-    return np.dtype(getattr(ml_dtypes, name))
-
-
-def as_carrier(array: np.ndarray, elem_type: int) -> np.ndarray:
-    """A value of element type ``elem_type`` as onnx's numpy_helper.to_array returns it
-    (float32 values for bfloat16/float8, in onnx 1.16), in its carrier dtype: exact, as
-    every such value is one of the type's."""
-    array = np.asarray(array)
-    carrier = _carrier(elem_type)
-    if carrier is None or array.dtype == carrier:
-        return array
-    if elem_type in (18, 20):  # FNUZ float8: bit patterns
-        import ml_dtypes
-        fnuz = ml_dtypes.float8_e4m3fnuz if elem_type == 18 else ml_dtypes.float8_e5m2fnuz
-        return array.astype(np.float32).astype(fnuz).view(np.uint8)
-    return array.astype(carrier)
-
-
-def type_name(elem_type: int) -> str:
-    """ONNX's name of an element type (``FLOAT``, ``BFLOAT16``), or the number if unknown."""
-    import onnx
-    try:
-        return onnx.TensorProto.DataType.Name(elem_type)
-    except ValueError:
-        return str(elem_type)
-
-
-def np_dtype(elem_type: int):
-    """numpy (carrier) dtype of an ONNX element type; Unsupported for strings, complex, ..."""
-    carrier = _carrier(elem_type)
-    if carrier is None:
-        import onnx
-        name = onnx.TensorProto.DataType.Name(elem_type)
-        raise Unsupported(f"element type {name} is not supported",
-                          "use float32/float64/float16 or an integer/bool type")
-    return carrier.type
-
-
-def tf_dtype(elem_type: int):
-    return _tf().as_dtype(np_dtype(elem_type))
-
-
-@dataclasses.dataclass
-class NodeInfo:
-    """What is known about a node before tracing (for ``check`` functions)."""
-
-    op_type: str
-    name: str
-    attrs: Dict[str, Any]
-    opset: int
-    num_inputs: int
-    input_types: List[Optional[int]]  # ONNX elem types where known
-
-
-def _attr_value(attr) -> Any:
-    from onnx import helper
-    value = helper.get_attribute_value(attr)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, list) and value and isinstance(value[0], bytes):
-        return [v.decode("utf-8", "replace") for v in value]
-    return value
 
 
 class Node:
@@ -168,7 +81,7 @@ class Node:
         self.layout_ok = graph.converter.channel_last and not folding and graph.parent is None
         definition = REGISTRY[proto.op_type]
         self.attrs = {k: v for k, v in definition.attrs.items() if v is not REQUIRED}
-        self.attrs.update({a.name: _attr_value(a) for a in proto.attribute})
+        self.attrs.update({a.name: attr_value(a) for a in proto.attribute})
         self.protos = {a.name: a for a in proto.attribute}
 
     # -- attributes
@@ -504,7 +417,7 @@ class GraphRun:
         if value is None:
             raise Unsupported(f"output {name!r} was not computed")
         elem, dims = self.converter.expected(name, self.value_info_of(name))
-        carrier = _carrier(elem) if elem else None
+        carrier = carrier_of(elem) if elem else None
         permuted = value if isinstance(value, Permuted) else None
         if permuted is not None:  # ONNX's shape in the held axis order
             if dims is not None:
@@ -558,99 +471,6 @@ def _scope_name(proto) -> str:
 
 def _as_list(result) -> list:
     return list(result) if isinstance(result, (list, tuple)) else [result]
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def iter_nodes(graph) -> Iterable:
-    """Every node, those inside If/Loop/Scan bodies too."""
-    from onnx import AttributeProto
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == AttributeProto.GRAPH:
-                yield from iter_nodes(attr.g)
-            elif attr.type == AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from iter_nodes(g)
-
-
-def _types_by_name(model) -> Dict[str, int]:
-    types = {}
-    graph = model.graph
-    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-        if vi.type.HasField("tensor_type"):
-            types[vi.name] = vi.type.tensor_type.elem_type
-    for init in graph.initializer:
-        types[init.name] = init.data_type
-    return types
-
-
-def check_model(model) -> List[Problem]:
-    """Every node this converter would refuse, found from the graph alone (op types,
-    domains, attributes, variants, element types); empty when all are claimed."""
-    from tfx_bridge.onnx_tf import ops  # noqa: F401  (registers every handler)
-
-    opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), 0)
-    types = _types_by_name(model)
-    problems = []
-    for vi in list(model.graph.input) + list(model.graph.output):
-        if not vi.type.HasField("tensor_type"):
-            problems.append(Problem("(graph)", vi.name, "a non-tensor graph input or output "
-                                    "(sequence, map or optional)", "use plain tensors"))
-    for node in iter_nodes(model.graph):
-        definition = REGISTRY.get(node.op_type)
-        if node.domain not in ONNX_DOMAINS:
-            problems.append(Problem(node.op_type, node.name,
-                                    f"custom domain {node.domain!r} is not supported",
-                                    "export with standard ONNX ops only"))
-            continue
-        if definition is None:
-            problems.append(Problem(node.op_type, node.name, "no converter for this op",
-                                    OP_FIXES.get(node.op_type, DEFAULT_FIX)))
-            continue
-        if opset < definition.since:
-            problems.append(Problem(node.op_type, node.name,
-                                    f"opset {opset} is older than {definition.since}, the "
-                                    "oldest this converter implements", "export at opset "
-                                    f">= {max(definition.since, 13)}"))
-            continue
-        unknown = sorted(a.name for a in node.attribute if a.name not in definition.attrs)
-        if unknown:
-            problems.append(Problem(node.op_type, node.name,
-                                    f"attribute(s) {unknown} are not supported",
-                                    "export without them"))
-            continue
-        for name, default in definition.attrs.items():
-            if default is REQUIRED and name not in {a.name for a in node.attribute}:
-                problems.append(Problem(node.op_type, node.name,
-                                        f"required attribute {name!r} is missing"))
-        import onnx
-        bad_types = []
-        narrow_ok = node.op_type in NARROW_TYPE_OPS
-        for name in list(node.input) + list(node.output):
-            elem = types.get(name)
-            if elem and elem not in NP_TYPES and not (narrow_ok and elem in NARROW_TYPES):
-                bad_types.append(f"{name}: {onnx.TensorProto.DataType.Name(elem)}")
-        for a in node.attribute:  # a dtype attribute asking another op for a narrow type
-            if (not narrow_ok and a.name in _DTYPE_ATTRS and a.type == onnx.AttributeProto.INT
-                    and a.i in NARROW_TYPES):
-                bad_types.append(f"{a.name}={onnx.TensorProto.DataType.Name(a.i)}")
-        if bad_types:
-            problems.append(Problem(node.op_type, node.name,
-                                    f"element type(s) not supported ({', '.join(bad_types)})",
-                                    "use float32/float64/float16 or integer/bool tensors"))
-            continue
-        if definition.check is not None:
-            attrs = {k: v for k, v in definition.attrs.items() if v is not REQUIRED}
-            attrs.update({a.name: _attr_value(a) for a in node.attribute})
-            info = NodeInfo(node.op_type, node.name, attrs, opset, len(node.input),
-                            [types.get(n) for n in node.input])
-            refusal = definition.check(info)
-            if refusal:
-                problems.append(Problem(node.op_type, node.name, refusal))
-    return problems
 
 
 # --------------------------------------------------------------------------- convert

@@ -16,7 +16,8 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from tfx_bridge.onnx_tf.core import as_carrier, iter_nodes
+from tfx_bridge.onnx_tf.check import iter_nodes
+from tfx_bridge.onnx_tf.dtypes import as_carrier
 
 
 def _floats(name: str, initializers: Dict[str, object]) -> Optional[np.ndarray]:

@@ -11,10 +11,13 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 if TYPE_CHECKING:
-    from tfx_bridge.onnx_tf.core import Node, NodeInfo
+    from tfx_bridge.onnx_tf.check import NodeInfo
+    from tfx_bridge.onnx_tf.core import Node
 
 # An attribute default meaning "the attribute must be given".
 REQUIRED = object()
+# The ONNX domain names of the standard ops (the only ones converted).
+ONNX_DOMAINS = ("", "ai.onnx")
 
 
 @dataclasses.dataclass

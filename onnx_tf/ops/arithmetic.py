@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tfx_bridge.onnx_tf.core import NodeInfo
+from tfx_bridge.onnx_tf.check import NodeInfo
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.ops.cast import exact_cast
 from tfx_bridge.onnx_tf.ops.elementwise_util import (

@@ -8,7 +8,8 @@ from typing import Optional
 
 import numpy as np
 
-from tfx_bridge.onnx_tf.core import NARROW_TYPES, NP_TYPES, NodeInfo, np_dtype, type_name
+from tfx_bridge.onnx_tf.check import NodeInfo
+from tfx_bridge.onnx_tf.dtypes import NARROW_TYPES, NP_TYPES, np_dtype, type_name
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.registry import REQUIRED, op
 
@@ -67,7 +68,7 @@ def _cast_to(node, elem: int):
 
 # ----------------------------------------------------------------- bfloat16, float8, int4
 #
-# core.NARROW_TYPES says how each is held: bfloat16, FLOAT8E4M3FN and FLOAT8E5M2 in TF's own
+# dtypes.NARROW_TYPES says how each is held: bfloat16, FLOAT8E4M3FN and FLOAT8E5M2 in TF's own
 # dtypes, the FNUZ float8 types as their uint8 bit patterns, INT4/UINT4 as int8/uint8
 # values. Casts to and from them go through float32, as ONNX's reference does; float8
 # rounding (to nearest even) and overflow are computed here, exactly per Cast-19's tables:

@@ -19,7 +19,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
-from tfx_bridge.onnx_tf import core
+from tfx_bridge.onnx_tf import core, dtypes
 from tfx_bridge.onnx_tf.core import is_const
 from tfx_bridge.onnx_tf.errors import Unsupported
 from tfx_bridge.onnx_tf.lazy import tf as _tf
@@ -249,7 +249,7 @@ def scan_array(node, vi, what: str):
     if not elem:
         node.refuse(f"{what} {vi.name!r} has no declared element type",
                     "run ONNX shape inference on the model")
-    return tf.TensorArray(core.tf_dtype(elem), size=0, dynamic_size=True,
+    return tf.TensorArray(dtypes.tf_dtype(elem), size=0, dynamic_size=True,
                           element_shape=None if dims is None else tf.TensorShape(dims))
 
 
@@ -261,7 +261,7 @@ def _stack(node, values, vi):
         if not elem or dims is None or any(d is None for d in dims):
             node.refuse(f"scan output {vi.name!r} of a zero-iteration loop has no static "
                         "declared shape", "declare the body output's shape")
-        return np.zeros([0] + dims, core.np_dtype(elem))
+        return np.zeros([0] + dims, dtypes.np_dtype(elem))
     if all(is_const(v) for v in values):
         return np.stack(values)
     return tf.stack([_tensor(node, v) for v in values])

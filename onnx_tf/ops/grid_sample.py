@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 
-from tfx_bridge.onnx_tf.core import NodeInfo
+from tfx_bridge.onnx_tf.check import NodeInfo
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.ops.spatial import float_input, spatial, to_first, to_last
 from tfx_bridge.onnx_tf.registry import op

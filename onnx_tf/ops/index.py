@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfx_bridge.onnx_tf.core import tf_dtype
+from tfx_bridge.onnx_tf.dtypes import tf_dtype
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.ops.tensor_util import _axis, _dims, _prod, vec
 from tfx_bridge.onnx_tf.registry import REQUIRED, op

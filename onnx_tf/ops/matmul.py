@@ -7,9 +7,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from tfx_bridge.onnx_tf.core import ONNX_DOMAINS
 from tfx_bridge.onnx_tf.lazy import tf as _tf
-from tfx_bridge.onnx_tf.registry import REQUIRED, op
+from tfx_bridge.onnx_tf.registry import ONNX_DOMAINS, REQUIRED, op
 
 
 def normalize_axis(node, axis: int, rank: int, what: str = "axis") -> int:

@@ -6,7 +6,7 @@ from typing import Optional
 
 import numpy as np
 
-from tfx_bridge.onnx_tf import core
+from tfx_bridge.onnx_tf import dtypes
 from tfx_bridge.onnx_tf.core import is_const
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.ops.control import _tensor
@@ -82,7 +82,7 @@ def quantize_linear(node):
         zero = _broadcast_param(node, node.value(2), x, axis, block)
         rounded = rounded + tf.cast(zero, tf.float64)
     low, high = _QUANT_RANGES[elem]
-    return tf.cast(tf.clip_by_value(rounded, low, high), core.tf_dtype(elem))
+    return tf.cast(tf.clip_by_value(rounded, low, high), dtypes.tf_dtype(elem))
 
 
 @op("DequantizeLinear", attrs={"axis": 1, "block_size": 0}, since=10)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tfx_bridge.onnx_tf import core
+from tfx_bridge.onnx_tf import dtypes
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.registry import REQUIRED, op
 
@@ -18,7 +18,7 @@ def _random_check(info) -> Optional[str]:
     dtype = info.attrs.get("dtype")
     first = info.input_types[0] if info.input_types else None
     if info.op_type in ("Bernoulli", "Multinomial") and first not in (None, *_FLOAT_TYPES):
-        return f"input of type {core.type_name(first)} (ONNX needs float16/float32/float64)"
+        return f"input of type {dtypes.type_name(first)} (ONNX needs float16/float32/float64)"
     if info.op_type == "Multinomial":
         return None if dtype in (6, 7) else f"dtype {dtype} (ONNX allows INT32/INT64)"
     if info.op_type == "Bernoulli":
@@ -26,7 +26,7 @@ def _random_check(info) -> Optional[str]:
     if dtype is None and info.op_type.endswith("Like"):
         dtype = first  # the output takes the input's type
     if dtype is not None and dtype not in _FLOAT_TYPES:
-        return f"dtype {core.type_name(dtype)} (a random draw needs float16/float32/float64)"
+        return f"dtype {dtypes.type_name(dtype)} (a random draw needs float16/float32/float64)"
     return None
 
 
@@ -38,7 +38,7 @@ def _seed(node) -> Optional[int]:
 def _like_dtype(node):
     tf = _tf()
     dtype = node.attr("dtype")
-    out = core.tf_dtype(dtype) if dtype is not None else node.dtype(0)
+    out = dtypes.tf_dtype(dtype) if dtype is not None else node.dtype(0)
     if out not in (tf.float16, tf.float32, tf.float64):
         node.refuse(f"output dtype {out.name} (a random draw needs float16/float32/float64)")
     return out
@@ -58,13 +58,13 @@ def _draw(node, shape, dtype):
 @op("RandomNormal", attrs={"dtype": 1, "mean": 0.0, "scale": 1.0, "seed": None,
                            "shape": REQUIRED}, check=_random_check, fold=False)
 def random_normal(node):
-    return _draw(node, list(node.attr("shape")), core.tf_dtype(node.attr("dtype")))
+    return _draw(node, list(node.attr("shape")), dtypes.tf_dtype(node.attr("dtype")))
 
 
 @op("RandomUniform", attrs={"dtype": 1, "low": 0.0, "high": 1.0, "seed": None,
                             "shape": REQUIRED}, check=_random_check, fold=False)
 def random_uniform(node):
-    return _draw(node, list(node.attr("shape")), core.tf_dtype(node.attr("dtype")))
+    return _draw(node, list(node.attr("shape")), dtypes.tf_dtype(node.attr("dtype")))
 
 
 @op("RandomNormalLike", attrs={"dtype": None, "mean": 0.0, "scale": 1.0, "seed": None},
@@ -86,7 +86,7 @@ def bernoulli(node):
     p = node.t(0)
     if p.dtype not in (tf.float16, tf.float32, tf.float64):
         node.refuse(f"input of dtype {p.dtype.name}")
-    dtype = core.tf_dtype(node.attr("dtype")) if node.attr("dtype") is not None else p.dtype
+    dtype = dtypes.tf_dtype(node.attr("dtype")) if node.attr("dtype") is not None else p.dtype
     draw = tf.random.uniform(node.dyn_shape(0), dtype=p.dtype, seed=_seed(node))
     return tf.cast(draw < p, dtype)
 
@@ -98,4 +98,4 @@ def multinomial(node):
     if node.rank(0) != 2:
         node.refuse(f"input of rank {node.rank(0)} (ONNX needs [batch, classes])")
     return tf.random.categorical(node.t(0), int(node.attr("sample_size")),
-                                 dtype=core.tf_dtype(node.attr("dtype")), seed=_seed(node))
+                                 dtype=dtypes.tf_dtype(node.attr("dtype")), seed=_seed(node))

@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from tfx_bridge.onnx_tf.core import NodeInfo
+from tfx_bridge.onnx_tf.check import NodeInfo
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.ops.spatial import FLOATS
 from tfx_bridge.onnx_tf.registry import op

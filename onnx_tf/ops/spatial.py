@@ -10,7 +10,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from tfx_bridge.onnx_tf.core import NodeInfo
+from tfx_bridge.onnx_tf.check import NodeInfo
 from tfx_bridge.onnx_tf.layout import channel_last
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 
