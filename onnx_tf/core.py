@@ -139,7 +139,7 @@ class Node:
             return tf.transpose(x, perm)
         key = (x.ref(), perm)
         if key not in self.graph.transposed:
-            self.graph.transposed[key] = tf.transpose(x, perm)
+            self.graph.transposed[key] = layout.merged_transpose(x, perm)
         return self.graph.transposed[key]
 
     def emit(self, tensor, perm):

@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 
 from tfx_bridge.onnx_tf.core import is_const
-from tfx_bridge.onnx_tf.layout import channel_last, inverse
+from tfx_bridge.onnx_tf.layout import channel_last, inverse, merged_transpose
 from tfx_bridge.onnx_tf.lazy import tf as _tf
 from tfx_bridge.onnx_tf.ops.shape_util import known_values
 from tfx_bridge.onnx_tf.ops.tensor_util import FIX_CONST, _axis, _dims, _prod, i64, vec
@@ -151,7 +151,7 @@ def transpose(node):
         # Into NC<spatial> from channel-last data (ConvNeXt's permute back): the input
         # is that value held channel-last, which a convolution after it takes as is.
         return node.emit(node.t(0), held)
-    return _tf().transpose(node.t(0), perm)
+    return merged_transpose(node.t(0), perm)
 
 
 def _axes_arg(node):
