@@ -387,7 +387,9 @@ def merged_transpose(x, perm: Sequence[int]):
     (oneDNN off, 2 threads, [32, 28, 28, 116]); an NCHW image batch into channel-last,
     [32, 3, 224, 224], 7.2 ms as four axes and 4.6 ms as [32, 3, H*W] -> [32, H*W, 3]."""
     tf = _tf()
-    if x.shape.rank is None or sum(d is None for d in x.shape.as_list()) > 1:
+    # A reshape's -1 is ambiguous beside a 0-sized axis (TF takes it as 1).
+    if x.shape.rank is None or sum(d is None for d in x.shape.as_list()) > 1 \
+            or 0 in x.shape.as_list():
         return tf.transpose(x, list(perm))
     dims = x.shape.as_list()
     kept = [a for a in perm if dims[a] != 1]

@@ -2,8 +2,8 @@
 accepts, and what to tell a user about an op type nothing handles.
 
 Op modules register their handlers with :func:`op` when imported
-(``tfx_bridge.onnx_tf.ops`` imports them all); the interpreter in core.py reads
-:data:`REGISTRY`.
+(``tfx_bridge.onnx_tf.ops`` imports them all); the interpreter in core.py and the
+pre-trace check in check.py read :data:`REGISTRY`.
 """
 from __future__ import annotations
 

@@ -94,9 +94,11 @@ def resized_ratio(module, image: np.ndarray) -> Optional[Tuple[float, float]]:
 
 class OnnxFrame:
     """The resized frame of a detector handed over as ONNX alone: the output shape of
-    its graph's first ``Resize``, read by onnxruntime from a copy of the graph that
-    also outputs it. The session is built on first use, and only where a check needs
-    it; ``ratio`` is None where the graph has no such ``Resize`` or it does not run."""
+    the first ``Resize`` fed by its image, read by onnxruntime from a copy of the
+    graph that also outputs it. The session is built on first use, and only where a
+    check needs it. ``ratio`` is None where the graph has no such ``Resize``, it does
+    not run, or its output is not the image scaled by one factor (torchvision's
+    transform keeps the aspect ratio)."""
 
     def __init__(self, onnx_path: str):
         self.onnx_path = onnx_path
@@ -108,12 +110,26 @@ class OnnxFrame:
 
         self.tried = True
         model = onnx.load(self.onnx_path)
-        first = next((n for n in model.graph.node if n.op_type == "Resize"), None)
-        if first is None or len(model.graph.input) != 1:
+        graph = model.graph
+        weights = {t.name for t in graph.initializer}
+        inputs = [v.name for v in graph.input if v.name not in weights]
+        if len(inputs) != 1:
+            return
+        # The image's first resize: the first Resize whose data descends from the input.
+        reached = set(inputs)
+        first = None
+        for node in graph.node:  # ONNX lists nodes in topological order
+            if not reached.intersection(node.input):
+                continue
+            if node.op_type == "Resize" and node.input and node.input[0] in reached:
+                first = node
+                break
+            reached.update(node.output)
+        if first is None:
             return
         self.output = first.output[0]
-        if self.output not in {o.name for o in model.graph.output}:
-            model.graph.output.append(onnx.ValueInfoProto(name=self.output))
+        if self.output not in {o.name for o in graph.output}:
+            graph.output.append(onnx.ValueInfoProto(name=self.output))
         self.session = ort.InferenceSession(model.SerializeToString(),
                                             providers=["CPUExecutionProvider"])
 
@@ -122,15 +138,22 @@ class OnnxFrame:
         try:
             if not self.tried:
                 self._load()
-            if self.session is None:
-                return None
-            chw = np.ascontiguousarray(image.transpose(2, 0, 1)).astype(np.float32) / 255.0
+        except Exception:  # noqa: BLE001  (no resized frame: keypoints get no boundary verdict)
+            return None
+        if self.session is None:
+            return None
+        chw = np.ascontiguousarray(image.transpose(2, 0, 1)).astype(np.float32) / 255.0
+        try:
             name = self.session.get_inputs()[0].name
             resized = self.session.run([self.output], {name: chw})[0]
-        except Exception:  # noqa: BLE001  (no resized frame: keypoints get no boundary verdict)
-            self.session = None
+        except Exception:  # noqa: BLE001  (this image gets no boundary verdict)
             return None
         # torchvision's transform resizes one [1, 3, H, W] image (or [3, H, W]).
         if resized.ndim not in (3, 4) or resized.shape[-3] != 3:
             return None
-        return resized.shape[-2] / image.shape[0], resized.shape[-1] / image.shape[1]
+        h, w = image.shape[:2]
+        ratio = resized.shape[-2] / h, resized.shape[-1] / w
+        # One scale factor, each side floored to whole pixels: within a pixel of each other.
+        if abs(ratio[0] - ratio[1]) >= 1.0 / min(h, w):
+            return None
+        return ratio

@@ -129,7 +129,8 @@ def flatten(node):
         node.refuse(f"axis {axis} is out of range for rank {rank}")
     axis = axis + rank if axis < 0 else axis
     parts = [static[:axis], static[axis:]]
-    # A constant target, the unknown side -1 (TF infers no -1 beside a 0-sized side).
+    # A constant target, the unknown side -1 (a -1 is ambiguous beside a 0-sized axis:
+    # TF would take it as 1).
     if sum(None in p for p in parts) == 1 and 0 not in static:
         target = vec([-1 if None in p else _prod(p) for p in parts])
     else:

@@ -3,6 +3,7 @@ that sizes them: named pixel-boundary, and only then."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tfx_bridge.components.pytorch_model_importer import detection_boundary, detection_verify
 
@@ -57,13 +58,20 @@ def test_detection_compare_keypoint_heatmap_across_ceil_boundary_needs_resized_f
                                     resized=resized)["verdict"] == "differs"
 
 
-def _resizing_graph(path, resize: bool = True) -> str:
+def _resizing_graph(path, resize: bool = True, scales=(1.5, 1.5), constant_first=False,
+                    weights_as_inputs=False) -> str:
     """An image model shaped as torchvision exports one: [3, H, W] in, unsqueezed and
-    resized (x1.5 rows, x1.25 columns) by its first Resize, then upsampled again."""
+    resized by ``scales`` (rows, columns) by its first Resize, then upsampled again.
+    ``constant_first``: a Resize of a constant [1, 3, 4, 4] comes before any of the
+    image's (its output added in at the end)."""
     import onnx
     from onnx import TensorProto, helper
 
-    nodes = [helper.make_node("Unsqueeze", ["image", "axes"], ["batched"])]
+    nodes, extra = [], []
+    if constant_first:
+        nodes.append(helper.make_node("Resize", ["lut", "", "twice"], ["lut_up"],
+                                      mode="nearest"))
+    nodes.append(helper.make_node("Unsqueeze", ["image", "axes"], ["batched"]))
     last = "batched"
     if resize:
         nodes += [helper.make_node("Resize", ["batched", "", "scales"], ["resized"],
@@ -71,23 +79,42 @@ def _resizing_graph(path, resize: bool = True) -> str:
                   helper.make_node("Resize", ["resized", "", "twice"], ["up"], mode="nearest")]
         last = "up"
     nodes.append(helper.make_node("Squeeze", [last, "axes"], ["out"]))
+    outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)]
+    if constant_first:
+        outputs.append(helper.make_tensor_value_info("lut_up", TensorProto.FLOAT, None))
+        extra.append(helper.make_tensor("lut", TensorProto.FLOAT, [1, 3, 4, 4], [0.5] * 48))
     inits = [helper.make_tensor("axes", TensorProto.INT64, [1], [0]),
-             helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 1.5, 1.25]),
-             helper.make_tensor("twice", TensorProto.FLOAT, [4], [1, 1, 2, 2])]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [3, "h", "w"])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], inits)
+             helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, *scales]),
+             helper.make_tensor("twice", TensorProto.FLOAT, [4], [1, 1, 2, 2])] + extra
+    inputs = [helper.make_tensor_value_info("image", TensorProto.FLOAT, [3, "h", "w"])]
+    if weights_as_inputs:  # as exports with keep_initializers_as_inputs list them
+        inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                   for t in inits]
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
     return str(path)
 
 
-def test_onnx_frame_first_resize_output_ratio(tmp_path):
+def test_onnx_frame_first_resize_of_image_ratio(tmp_path):
     frame = detection_boundary.OnnxFrame(_resizing_graph(tmp_path / "m.onnx"))
-    image = np.zeros((10, 16, 3), np.uint8)
-    assert frame.ratio(image) == (15 / 10, 20 / 16)
-    assert frame.ratio(np.zeros((8, 8, 3), np.uint8)) == (12 / 8, 10 / 8)
+    assert frame.ratio(np.zeros((10, 16, 3), np.uint8)) == (15 / 10, 24 / 16)
+    assert frame.ratio(np.zeros((9, 13, 3), np.uint8)) == (13 / 9, 19 / 13)
+
+
+@pytest.mark.parametrize("kwargs", [{"constant_first": True}, {"weights_as_inputs": True}],
+                         ids=["constant_resized_first", "weights_listed_as_inputs"])
+def test_onnx_frame_image_resize_found_in_other_graph_forms(tmp_path, kwargs):
+    frame = detection_boundary.OnnxFrame(_resizing_graph(tmp_path / "m.onnx", **kwargs))
+    assert frame.ratio(np.zeros((10, 16, 3), np.uint8)) == (15 / 10, 24 / 16)
+
+
+def test_onnx_frame_aspect_changing_resize_none(tmp_path):
+    # Not torchvision's transform, which scales both sides by one factor.
+    frame = detection_boundary.OnnxFrame(_resizing_graph(tmp_path / "m.onnx",
+                                                         scales=(1.5, 1.25)))
+    assert frame.ratio(np.zeros((10, 16, 3), np.uint8)) is None
 
 
 def test_onnx_frame_no_resize_none(tmp_path):

@@ -148,7 +148,8 @@ def test_flatten_one_unknown_side_constant_target(axis, dims, shapes):
 @pytest.mark.parametrize("axis,dims,shapes", [
     (1, ["batch", "n", 2], [(2, 3, 2), (1, 1, 2)]),
     (2, ["batch", 0, 2], [(3, 0, 2)]),
-], ids=["unknown_both_sides", "zero_sized"])
+    (1, ["batch", 0, 2], [(3, 0, 2), (1, 0, 2)]),
+], ids=["unknown_both_sides", "zero_sized_unknown_side", "zero_sized_known_side"])
 def test_flatten_unknown_both_sides_or_empty_runtime_target(axis, dims, shapes):
     model = _flatten_model(axis, dims)
     converted = core.convert(model)
@@ -158,3 +159,21 @@ def test_flatten_unknown_both_sides_or_empty_runtime_target(axis, dims, shapes):
             shape)
         got = converted.serve(tf.constant(x))["y"].numpy()
         np.testing.assert_array_equal(got, _ort(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("dims,perm,shapes", [
+    (["n", 3, 0, 5], [0, 3, 1, 2], [(0, 3, 0, 5), (2, 3, 0, 5)]),
+    (["n", 3, 4, 5], [0, 2, 3, 1], [(0, 3, 4, 5), (2, 3, 4, 5)]),
+    (["n", 1, 4, 5], [0, 2, 3, 1], [(1, 1, 4, 5), (3, 1, 4, 5)]),
+], ids=["zero_sized_axis", "runs_merged", "size_1_axis"])
+def test_transpose_dynamic_batch_matches_onnxruntime(dims, perm, shapes):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = _model([helper.make_node("Transpose", ["x"], ["y"], perm=perm)], [x], [y], [])
+    converted = core.convert(model)
+    for shape in shapes:
+        x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+        got = converted.serve(tf.constant(x))["y"].numpy()
+        want = _ort(model, {"x": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
