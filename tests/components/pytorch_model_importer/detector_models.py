@@ -106,3 +106,24 @@ class TinyRCNN(torchvision.models.detection.FasterRCNN):
             box_head=rcnn.TwoMLPHead(8 * 7 * 7, 32), box_predictor=rcnn.FastRCNNPredictor(32, 3),
             rpn_pre_nms_top_n_test=60, rpn_post_nms_top_n_test=20, box_score_thresh=0.0,
             box_detections_per_img=8)
+
+
+class TinyKeypointRCNN(torchvision.models.detection.KeypointRCNN):
+    """torchvision's Keypoint R-CNN (its transform, RPN, RoiAlign, box and keypoint
+    heads and heatmap decoding) on a one-layer backbone, small enough for a test."""
+
+    def __init__(self, min_size: int = 128, max_size: int = 160):
+        backbone = nn.Sequential(nn.Conv2d(3, 8, 3, 4, 1), nn.ReLU())
+        backbone.out_channels = 8
+        rcnn = torchvision.models.detection.faster_rcnn
+        keypoint = torchvision.models.detection.keypoint_rcnn
+        super().__init__(
+            backbone, min_size=min_size, max_size=max_size,
+            rpn_anchor_generator=rcnn.AnchorGenerator(((16, 32),), ((0.5, 1.0, 2.0),)),
+            box_roi_pool=torchvision.ops.MultiScaleRoIAlign(["0"], 7, 2),
+            box_head=rcnn.TwoMLPHead(8 * 7 * 7, 32), box_predictor=rcnn.FastRCNNPredictor(32, 2),
+            keypoint_roi_pool=torchvision.ops.MultiScaleRoIAlign(["0"], 14, 2),
+            keypoint_head=keypoint.KeypointRCNNHeads(8, (16,)),
+            keypoint_predictor=keypoint.KeypointRCNNPredictor(16, 3),
+            rpn_pre_nms_top_n_test=60, rpn_post_nms_top_n_test=20, box_score_thresh=0.0,
+            box_detections_per_img=6)
