@@ -93,18 +93,17 @@ def served(saved_model: str, onnx_path: str, batch: int, rng) -> Dict[str, Calla
     import onnxruntime as ort
     import tensorflow as tf
 
-    model = tf.saved_model.load(saved_model)  # held: the signature reads its variables
-    fn = model.signatures["serving_default"]
-    name, spec = next(iter(fn.structured_input_signature[1].items()))
+    model = tf.saved_model.load(saved_model)
+    name, spec = next(iter(
+        model.signatures["serving_default"].structured_input_signature[1].items()))
     x = rng.random([batch, *spec.shape[1:]]).astype(np.float32)
     xt = tf.constant(x)
 
-    def call():
-        return next(iter(fn(**{name: xt}).values()))
+    def call():  # through the model, which holds the variables the signature reads
+        return next(iter(model.signatures["serving_default"](**{name: xt}).values()))
 
     plain = tf.function(call, autograph=False)
     compiled = tf.function(call, jit_compile=True, autograph=False)
-    plain.model = compiled.model = model
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])

@@ -419,6 +419,7 @@ class GraphRun:
         elem, dims = self.converter.expected(name, self.value_info_of(name))
         carrier = carrier_of(elem) if elem else None
         permuted = value if isinstance(value, Permuted) else None
+        inferred = dims  # ONNX's order, for the message
         if permuted is not None:  # ONNX's shape in the held axis order
             if dims is not None:
                 if len(dims) != len(permuted.perm):
@@ -445,11 +446,7 @@ class GraphRun:
                 value.set_shape(dims)
             except ValueError:
                 # Said in ONNX's axis order, whatever order the tensor is held in.
-                shape, inferred = value.shape, dims
-                if permuted is not None:
-                    back = layout.inverse(permuted.perm)
-                    shape = tf.TensorShape([value.shape[j] for j in back])
-                    inferred = [dims[j] for j in back]
+                shape = value.shape if permuted is None else permuted.shape
                 raise Unsupported(f"output {name!r} has shape {shape}, ONNX infers "
                                   f"{inferred}") from None
         if permuted is not None:

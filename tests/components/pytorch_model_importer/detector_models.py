@@ -91,21 +91,28 @@ class TinyYoloFloat32Flips(TinyYolo):
         return 4.5 if eager_float32 else 4.0
 
 
+def _tiny_rcnn(classes: int, per_image: int, min_size: int, max_size: int) -> dict:
+    """The R-CNN parts the tiny test detectors share: a one-layer backbone, one anchor
+    level, RoiAlign and a two-layer box head."""
+    backbone = nn.Sequential(nn.Conv2d(3, 8, 3, 4, 1), nn.ReLU())
+    backbone.out_channels = 8
+    rcnn = torchvision.models.detection.faster_rcnn
+    return dict(
+        backbone=backbone, min_size=min_size, max_size=max_size,
+        rpn_anchor_generator=rcnn.AnchorGenerator(((16, 32),), ((0.5, 1.0, 2.0),)),
+        box_roi_pool=torchvision.ops.MultiScaleRoIAlign(["0"], 7, 2),
+        box_head=rcnn.TwoMLPHead(8 * 7 * 7, 32),
+        box_predictor=rcnn.FastRCNNPredictor(32, classes),
+        rpn_pre_nms_top_n_test=60, rpn_post_nms_top_n_test=20, box_score_thresh=0.0,
+        box_detections_per_img=per_image)
+
+
 class TinyRCNN(torchvision.models.detection.FasterRCNN):
     """torchvision's Faster R-CNN (its GeneralizedRCNNTransform, RPN, RoiAlign and box
     head) on a one-layer backbone, small enough for a test."""
 
     def __init__(self, min_size: int = 128, max_size: int = 160):
-        backbone = nn.Sequential(nn.Conv2d(3, 8, 3, 4, 1), nn.ReLU())
-        backbone.out_channels = 8
-        rcnn = torchvision.models.detection.faster_rcnn
-        super().__init__(
-            backbone, min_size=min_size, max_size=max_size,
-            rpn_anchor_generator=rcnn.AnchorGenerator(((16, 32),), ((0.5, 1.0, 2.0),)),
-            box_roi_pool=torchvision.ops.MultiScaleRoIAlign(["0"], 7, 2),
-            box_head=rcnn.TwoMLPHead(8 * 7 * 7, 32), box_predictor=rcnn.FastRCNNPredictor(32, 3),
-            rpn_pre_nms_top_n_test=60, rpn_post_nms_top_n_test=20, box_score_thresh=0.0,
-            box_detections_per_img=8)
+        super().__init__(**_tiny_rcnn(3, 8, min_size, max_size))
 
 
 class TinyKeypointRCNN(torchvision.models.detection.KeypointRCNN):
@@ -113,17 +120,9 @@ class TinyKeypointRCNN(torchvision.models.detection.KeypointRCNN):
     heads and heatmap decoding) on a one-layer backbone, small enough for a test."""
 
     def __init__(self, min_size: int = 128, max_size: int = 160):
-        backbone = nn.Sequential(nn.Conv2d(3, 8, 3, 4, 1), nn.ReLU())
-        backbone.out_channels = 8
-        rcnn = torchvision.models.detection.faster_rcnn
         keypoint = torchvision.models.detection.keypoint_rcnn
         super().__init__(
-            backbone, min_size=min_size, max_size=max_size,
-            rpn_anchor_generator=rcnn.AnchorGenerator(((16, 32),), ((0.5, 1.0, 2.0),)),
-            box_roi_pool=torchvision.ops.MultiScaleRoIAlign(["0"], 7, 2),
-            box_head=rcnn.TwoMLPHead(8 * 7 * 7, 32), box_predictor=rcnn.FastRCNNPredictor(32, 2),
+            **_tiny_rcnn(2, 6, min_size, max_size),
             keypoint_roi_pool=torchvision.ops.MultiScaleRoIAlign(["0"], 14, 2),
             keypoint_head=keypoint.KeypointRCNNHeads(8, (16,)),
-            keypoint_predictor=keypoint.KeypointRCNNPredictor(16, 3),
-            rpn_pre_nms_top_n_test=60, rpn_post_nms_top_n_test=20, box_score_thresh=0.0,
-            box_detections_per_img=6)
+            keypoint_predictor=keypoint.KeypointRCNNPredictor(16, 3))
